@@ -1,0 +1,51 @@
+"""`rlcycle inspect FILE`: schema, row count and head of an artifact."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from rlcycle import console
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "inspect",
+        help=(
+            "Show an artifact's format, contract, schema, row count and first rows (JSON lines).\n\n"
+            "Examples:\n\n"
+            "  rlcycle inspect runs/demo/trajectories.arrow\n\n"
+            "  rlcycle inspect runs/demo/trajectories.arrow --json\n\n"
+            "  rlcycle collect sample_data/events -o - | rlcycle inspect -"
+        ),
+    )
+    def inspect(
+        path: str = typer.Argument(..., help="An .arrow or .parquet file, or - for an Arrow stream on stdin."),
+        head: int = typer.Option(5, "--head", "-n", help="How many rows to print."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object instead."),
+    ) -> None:
+        from rlcycle import inspect as stage
+
+        result = stage.run(path, head=head)
+        if as_json:
+            summary = result.summary()
+            summary["head"] = result.head
+            console.print_json(summary)
+            return
+        size = f", {result.size_bytes:,} bytes" if result.size_bytes is not None else ""
+        contract = (
+            f"{result.contract} v{result.contract_version}" if result.contract else "none (no rlcycle metadata)"
+        )
+        lines = [
+            f"file: {result.path} ({result.format}{size})",
+            f"contract: {contract}",
+            f"rows: {result.rows:,}",
+            "schema:",
+            *(f"  {c['name']}: {c['type']}" for c in result.columns),
+        ]
+        if result.problems:
+            lines += ["problems:", *(f"  {p}" for p in result.problems)]
+        lines.append(f"head ({len(result.head)} rows):")
+        lines += [json.dumps(row, default=str) for row in result.head]
+        typer.echo("\n".join(lines))

@@ -1,0 +1,85 @@
+"""Pipeline commands whose issues have not landed: they exist, explain themselves, exit 1.
+
+Each one is replaced by its real module when its issue lands; none fakes any behaviour.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rlcycle.errors import NotBuiltYet
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "distill",
+        help=(
+            "Turn trajectories into rewarded, advantage-normalised training examples.\n\n"
+            "Example:\n\n  rlcycle distill trajectories.arrow -o examples.arrow --spec rewards.toml\n\n"
+            "Not built yet (issue #5)."
+        ),
+    )
+    def distill(
+        trajectories: Path = typer.Argument(..., help="trajectories.arrow, or - for stdin."),
+        out: Path = typer.Option(..., "-o", "--out", help="examples.arrow to write."),
+        spec: Path = typer.Option(None, "--spec", help="Reward spec (TOML)."),
+    ) -> None:
+        raise NotBuiltYet("distill", 5)
+
+    @app.command(
+        "train",
+        help=(
+            "Off-policy-corrected policy-gradient update of a causal LM on logged token ids.\n\n"
+            "Example:\n\n  rlcycle train examples.arrow --base registry:production -o checkpoint/\n\n"
+            "Not built yet (issue #6)."
+        ),
+    )
+    def train(
+        examples: Path = typer.Argument(..., help="examples.arrow from distill."),
+        base: str = typer.Option(..., "--base", help="Base checkpoint directory or registry alias."),
+        out: Path = typer.Option(..., "-o", "--out", help="Checkpoint directory to write."),
+    ) -> None:
+        raise NotBuiltYet("train", 6)
+
+    @app.command(
+        "eval",
+        help=(
+            "Run a candidate checkpoint as an agent on a task suite in Docker sandboxes and\n"
+            "compare it with the production checkpoint.\n\n"
+            "Example:\n\n  rlcycle eval checkpoint/ --baseline production --suite sample_data/tasks -o eval/\n\n"
+            "Not built yet (issue #7)."
+        ),
+    )
+    def eval_(
+        candidate: Path = typer.Argument(..., help="Candidate checkpoint directory."),
+        out: Path = typer.Option(..., "-o", "--out", help="Directory for eval_results.arrow and verdict.json."),
+    ) -> None:
+        raise NotBuiltYet("eval", 7)
+
+    @app.command(
+        "deploy",
+        help=(
+            "Promote a checkpoint in the model registry if its verdict passed; or roll back.\n\n"
+            "Example:\n\n  rlcycle deploy checkpoint/ --verdict eval/verdict.json\n\n"
+            "Not built yet (issue #8)."
+        ),
+    )
+    def deploy(
+        checkpoint: Path = typer.Argument(..., help="Checkpoint directory to promote."),
+    ) -> None:
+        raise NotBuiltYet("deploy", 8)
+
+    @app.command(
+        "cycle",
+        help=(
+            "Chain collect, distill, train, eval and deploy in one run directory.\n\n"
+            "Example:\n\n  rlcycle cycle sample_data/events --run-dir runs/$(date +%F-%H)\n\n"
+            "Not built yet (issue #8)."
+        ),
+    )
+    def cycle(
+        events: list[str] = typer.Argument(..., help="Event logs: files, directories, globs or -."),
+    ) -> None:
+        raise NotBuiltYet("cycle", 8)

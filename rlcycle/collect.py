@@ -1,0 +1,294 @@
+"""collect: production event logs in, `trajectories.arrow` out (one row per model sample).
+
+In:  event logs — files, directories, globs or `-` — as JSON lines (optionally gzipped), Arrow,
+     Parquet or OpenTelemetry GenAI spans (OTLP/JSON); see DESIGN.md "Events".
+Out: `trajectories.arrow` (the `trajectories` contract), bad records in
+     `<output>.quarantine.jsonl` (file, line, reason, redacted record), and a `CollectResult`
+     with every count (in, duplicates, quarantined, joined, held back, orphans, redactions).
+
+    rlcycle collect sample_data/events -o runs/demo/trajectories.arrow
+
+How it keeps memory bounded: pass 1 parses the input in blocks and appends each valid event to
+one of N partition files on disk, chosen by a hash of its `session_id` (every event of an
+episode carries the same session, so each partition joins on its own). N grows with the input
+size (`bucket_bytes` of input per partition). Pass 2 joins one partition at a time in memory
+and appends its trajectories to the output. Peak memory is about one partition, whatever the
+input size.
+
+Join rules (late and out-of-order events are normal, so nothing depends on arrival order):
+- duplicates: the first event of each `event_id` wins; later copies are counted.
+- tool results join their call by (sample_id, call_id); the latest result wins. A result for
+  a call the completion did not list is kept as a call with no name (never dropped).
+- edit outcomes join by (sample_id, call_id); `edit_lines_*` sum over the sample's edits.
+- the first user message of an episode is its `followup_text`.
+- feedback: the latest sample-level value, else the latest episode-level one
+  (`feedback_scope` says which).
+- maturity: an episode with an `ok` edit call whose outcome has not arrived yet is held back
+  (counted, not written) until it is `maturity_s` old at `as_of`; after that it is written
+  with the outcome missing (`edit_outcomes_missing` counts them).
+- filters: `policy_versions` per sample; `since`/`until` on the episode's first sample, so an
+  episode is never cut in half.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from rlcycle import io as rio
+from rlcycle import redact
+from rlcycle.config import cfg
+from rlcycle.console import Progress
+from rlcycle.errors import InputError
+from rlcycle.events import BadRecord, Chunk, expand_inputs, read_source
+from rlcycle.schema import TRAJECTORIES, conform
+
+
+@dataclass
+class CollectConfig:
+    policy_versions: list[str] = cfg([], help="Keep only samples of these policy versions (all when empty).")
+    since: str | None = cfg(None, help="Keep episodes whose first sample is at or after this time (RFC 3339).")
+    until: str | None = cfg(None, help="Keep episodes whose first sample is before this time (RFC 3339).")
+    maturity_s: float = cfg(
+        6 * 3600.0, help="Hold back an episode with edit outcomes still due until it is this old (seconds)."
+    )
+    as_of: str | None = cfg(None, help="'Now' for the maturity rule (RFC 3339); default: the wall clock.")
+    edit_tools: list[str] = cfg(["write_file", "apply_patch"], help="Tool names whose ok calls get edit outcomes.")
+    strict: bool = cfg(False, help="Fail with exit 2 on the first bad record instead of quarantining it.")
+    redact: bool = cfg(True, help="Redact secrets in text fields before anything is written.")
+    secret_patterns: dict[str, str] = cfg({}, help="Extra secret patterns to redact: name = regex.")
+    bucket_bytes: int = cfg(256 << 20, help="Input bytes per join partition (lower: less memory, more files).")
+    block_bytes: int = cfg(32 << 20, help="Bytes of JSON lines parsed per block.")
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("since", "until", "as_of"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    parse_time(value)
+                except ValueError:
+                    problems.append(f"{name}={value!r}: not an RFC 3339 time (e.g. 2026-11-30T10:00:00Z)")
+        if self.maturity_s < 0:
+            problems.append(f"maturity_s={self.maturity_s}: must be >= 0")
+        if self.bucket_bytes < 1 << 20:
+            problems.append(f"bucket_bytes={self.bucket_bytes}: must be at least 1 MiB")
+        if self.block_bytes < 1 << 16:
+            problems.append(f"block_bytes={self.block_bytes}: must be at least 64 KiB")
+        return problems
+
+
+@dataclass
+class CollectResult:
+    output: str
+    quarantine: str | None
+    files: int = 0
+    bytes_read: int = 0
+    lines_read: int = 0
+    events_in: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    quarantine_reasons: Counter = field(default_factory=Counter)
+    samples_out: int = 0
+    episodes_out: int = 0
+    held_back_episodes: int = 0
+    held_back_samples: int = 0
+    filtered_samples: int = 0
+    duplicate_samples: int = 0
+    orphans: Counter = field(default_factory=Counter)
+    redactions: Counter = field(default_factory=Counter)
+    per_policy_version: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    partitions: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "output": self.output,
+            "quarantine": self.quarantine,
+            "files": self.files,
+            "bytes_read": self.bytes_read,
+            "lines_read": self.lines_read,
+            "events_in": self.events_in,
+            "duplicates": self.duplicates,
+            "quarantined": self.quarantined,
+            "quarantine_reasons": dict(self.quarantine_reasons.most_common()),
+            "samples_out": self.samples_out,
+            "episodes_out": self.episodes_out,
+            "held_back_episodes": self.held_back_episodes,
+            "held_back_samples": self.held_back_samples,
+            "filtered_samples": self.filtered_samples,
+            "duplicate_samples": self.duplicate_samples,
+            "orphans": dict(sorted(self.orphans.items())),
+            "redactions": dict(sorted(self.redactions.items())),
+            "per_policy_version": {k: dict(sorted(v.items())) for k, v in sorted(self.per_policy_version.items())},
+            "partitions": self.partitions,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def parse_time(value: str) -> datetime:
+    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def _ms(value: str | None) -> int | None:
+    return None if value is None else int(parse_time(value).timestamp() * 1000)
+
+
+def default_quarantine_path(out: str) -> str:
+    return "collect.quarantine.jsonl" if out == rio.STDIO else f"{out}.quarantine.jsonl"
+
+
+# --- the stage ---------------------------------------------------------------------------------
+
+
+def run(
+    config: CollectConfig,
+    inputs: list[str],
+    out: str,
+    quarantine: str | None = None,
+    quiet: bool = False,
+) -> CollectResult:
+    """Collect `inputs` into trajectories at `out` (path or `-`); see the module docstring."""
+    started = time.monotonic()
+    files = expand_inputs(inputs)
+    if files.count(rio.STDIO) > 1:
+        raise InputError("stdin (-) given more than once")
+    rio.format_for_output(out)  # reject a bad extension before reading anything
+    qpath = quarantine or default_quarantine_path(out)
+    result = CollectResult(output=out, quarantine=None, files=len(files))
+    patterns = redact.patterns_with(config.secret_patterns) if config.redact else ()
+    sizes = [os.path.getsize(f) for f in files if f != rio.STDIO]
+    n_parts = max(1, math.ceil(sum(sizes) / config.bucket_bytes))
+    if rio.STDIO in files:
+        n_parts = max(n_parts, 16)  # unknown size: spread it
+    result.partitions = n_parts
+    qwriter = rio.AtomicTextWriter(qpath)
+    progress = Progress("collect", quiet=quiet)
+    workdir = Path(out).parent if out != rio.STDIO else Path(tempfile.gettempdir())
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".rlcycle-collect-", dir=workdir) as tmp:
+            parts = Partitioner(Path(tmp), n_parts)
+            for path in files:
+                for chunk in read_source(path, config.block_bytes):
+                    _take_chunk(chunk, result, parts, qwriter, patterns, config.strict)
+                    progress.update(events=result.events_in, quarantined=result.quarantined)
+            parts.close()
+            if result.events_in == 0 and result.quarantined == 0:
+                raise InputError(
+                    f"no events in {', '.join(inputs)}: the input is empty",
+                    hint="point collect at production event logs (JSON lines, Arrow, Parquet, OTel)",
+                )
+            _join_all(config, parts, out, result, patterns, progress)
+        qwriter.commit()
+    except BaseException:
+        qwriter.abort()
+        raise
+    result.quarantine = qpath if qwriter.count else None
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _take_chunk(chunk: Chunk, result: CollectResult, parts: Partitioner, qwriter, patterns, strict) -> None:
+    result.bytes_read += chunk.bytes_read
+    result.lines_read += chunk.lines_read
+    for bad in chunk.bad:
+        _quarantine(bad, result, qwriter, patterns, strict)
+    if chunk.events.height:
+        result.events_in += chunk.events.height
+        parts.add(chunk.events)
+
+
+def _quarantine(bad: BadRecord, result: CollectResult, qwriter, patterns, strict: bool) -> None:
+    if strict:
+        raise InputError(
+            f"{bad.file}:{bad.line}: {bad.reason}",
+            hint="fix or remove that record, or drop --strict to quarantine bad records and go on",
+        )
+    result.quarantined += 1
+    result.quarantine_reasons[_reason_kind(bad.reason)] += 1
+    record = redact.redact_text(bad.record, patterns, result.redactions) if patterns else bad.record
+    qwriter.write_line(json.dumps({**bad.as_dict(), "record": record}, ensure_ascii=False))
+
+
+def _reason_kind(reason: str) -> str:
+    """A short category for the summary: the reason up to its first detail."""
+    for sep in (" at column", ":", " ("):
+        if sep in reason:
+            head = reason.split(sep)[0]
+            if head:
+                return head if sep != ":" else head + ": " + reason.split(":")[1].split("'")[0].strip()
+    return reason
+
+
+# --- pass 1: partition by session ----------------------------------------------------------------
+
+# Columns that trajectories need; the rest of each event is not carried to disk.
+_KEEP = [
+    "event_id", "type", "ts_ms", "session_id", "episode_id", "sample_id", "turn", "policy_version",
+    "prompt_ids", "completion_ids", "completion_logprobs", "tool_calls", "latency_ms", "temperature",
+    "call_id", "status", "error", "lines_proposed", "lines_surviving", "text", "value", "kind",
+]  # fmt: skip
+
+
+class Partitioner:
+    """Append events to N Arrow stream files on disk, by a stable hash of session_id."""
+
+    def __init__(self, root: Path, n: int):
+        self.root, self.n = root, n
+        self._writers: dict[int, tuple[Any, Any]] = {}
+
+    def add(self, events: pl.DataFrame) -> None:
+        events = events.select(_KEEP)
+        if self.n == 1:
+            self._write(0, events)
+            return
+        part = (pl.col("session_id").hash(seed=7) % self.n).alias("_part")
+        for (idx,), group in events.with_columns(part).partition_by("_part", as_dict=True).items():
+            self._write(int(idx), group.drop("_part"))
+
+    def _write(self, idx: int, df: pl.DataFrame) -> None:
+        table = df.to_arrow()
+        if idx not in self._writers:
+            sink = pa.OSFile(str(self.root / f"part-{idx:05d}.arrows"), "wb")
+            self._writers[idx] = (sink, ipc.new_stream(sink, table.schema))
+        self._writers[idx][1].write_table(table)
+
+    def close(self) -> None:
+        for sink, writer in self._writers.values():
+            writer.close()
+            sink.close()
+
+    def parts(self):
+        for idx in sorted(self._writers):
+            with pa.memory_map(str(self.root / f"part-{idx:05d}.arrows")) as src:
+                table = ipc.open_stream(src).read_all()
+            yield pl.from_arrow(table)
+
+
+# --- pass 2: join each partition ----------------------------------------------------------------
+
+
+def _join_all(config: CollectConfig, parts: Partitioner, out: str, result: CollectResult, patterns, progress) -> None:
+    as_of = _ms(config.as_of) if config.as_of else int(time.time() * 1000)
+    with rio.ArtifactWriter(out, TRAJECTORIES.arrow) as writer:
+        for events in parts.parts():
+            from rlcycle.collect_join import join_partition
+
+            traj = join_partition(events, config, as_of, _ms(config.since), _ms(config.until), patterns, result)
+            if traj.height:
+                writer.write(conform(traj.to_arrow(), TRAJECTORIES))
+            progress.update(samples=result.samples_out, held_back=result.held_back_samples)

@@ -1,0 +1,330 @@
+"""Reading and writing rlcycle artifacts by path or `-` (CONVENTIONS.md §7–8).
+
+Formats, chosen by the path when writing and sniffed by magic bytes when reading:
+- `.arrow` (or `.feather`/`.ipc`): uncompressed Arrow IPC *file* (memory-mappable; `pl.scan_ipc`)
+- `-`: Arrow IPC *stream* on stdout/stdin (pipes cannot seek)
+- `.parquet`: Parquet
+- `.jsonl` / `.json` (optionally `.gz`): JSON lines, for events and quarantine files
+
+Every write is atomic: a temp file beside the target, renamed into place on success, removed
+on failure, so an output path never holds a partial file. Binary is never written to a
+terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from typing import IO, BinaryIO
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from rlcycle.errors import InputError, RlcycleError
+
+STDIO = "-"
+
+
+class Format(str, Enum):
+    ARROW_FILE = "arrow-file"
+    ARROW_STREAM = "arrow-stream"
+    PARQUET = "parquet"
+    GZIP = "gzip"
+    JSON = "json"  # JSON lines or one JSON document (OTel export)
+    EMPTY = "empty"
+    UNKNOWN = "unknown"
+
+
+ARROW_FILE_MAGIC = b"ARROW1"
+PARQUET_MAGIC = b"PAR1"
+GZIP_MAGIC = b"\x1f\x8b"
+STREAM_CONTINUATION = b"\xff\xff\xff\xff"
+
+
+def sniff(head: bytes) -> Format:
+    """The format of a file from its first bytes (at least 8 are enough)."""
+    if not head:
+        return Format.EMPTY
+    if head.startswith(ARROW_FILE_MAGIC):
+        return Format.ARROW_FILE
+    if head.startswith(PARQUET_MAGIC):
+        return Format.PARQUET
+    if head.startswith(GZIP_MAGIC):
+        return Format.GZIP
+    if head.startswith(STREAM_CONTINUATION):
+        return Format.ARROW_STREAM
+    stripped = head.lstrip()
+    if stripped.startswith((b"{", b"[")):
+        return Format.JSON
+    if not stripped:
+        return Format.EMPTY
+    return Format.UNKNOWN
+
+
+def format_for_output(path: str | Path) -> Format:
+    """The format a path asks for when writing."""
+    s = str(path)
+    if s == STDIO:
+        return Format.ARROW_STREAM
+    suffix = Path(s).suffix.lower()
+    if suffix == ".parquet":
+        return Format.PARQUET
+    if suffix in (".arrow", ".feather", ".ipc", ""):
+        return Format.ARROW_FILE
+    if suffix in (".jsonl", ".json"):
+        return Format.JSON
+    raise InputError(
+        f"output {s}: unknown extension {suffix!r}",
+        hint="use .arrow (Arrow IPC file), .parquet, or - for an Arrow stream on stdout",
+    )
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def open_binary(path: str | Path) -> BinaryIO:
+    """A readable binary stream for a path or `-` (stdin), peekable for sniffing."""
+    if str(path) == STDIO:
+        return sys.stdin.buffer
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file", hint="check the path") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a file") from None
+
+
+def read_head(path: str | Path, n: int = 8) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def iter_batches(path: str | Path, batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+    """Record batches of an Arrow file, Arrow stream or Parquet file (or `-`), lazily."""
+    if str(path) == STDIO:
+        data = sys.stdin.buffer.read()
+        yield from _iter_buffer(data, "<stdin>")
+        return
+    fmt = sniff(read_head(path))
+    if fmt is Format.ARROW_FILE:
+        with pa.memory_map(str(path)) as src:
+            try:
+                reader = ipc.open_file(src)
+            except pa.ArrowInvalid as e:
+                raise InputError(f"{path}: unreadable Arrow file ({e})", hint="is it truncated? `rlcycle inspect` it") from None
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+    elif fmt is Format.ARROW_STREAM:
+        with open(path, "rb") as f:
+            yield from ipc.open_stream(f)
+    elif fmt is Format.PARQUET:
+        yield from pq.ParquetFile(str(path)).iter_batches(batch_size=batch_rows)
+    else:
+        raise InputError(
+            f"{path}: not an Arrow or Parquet file (looks like {fmt.value})",
+            hint="artifacts are .arrow (IPC file), .parquet, or an IPC stream on stdin",
+        )
+
+
+def _iter_buffer(data: bytes, name: str) -> Iterator[pa.RecordBatch]:
+    fmt = sniff(data[:8])
+    buf = pa.py_buffer(data)
+    if fmt is Format.ARROW_STREAM:
+        yield from ipc.open_stream(buf)
+    elif fmt is Format.ARROW_FILE:
+        reader = ipc.open_file(buf)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+    elif fmt is Format.PARQUET:
+        yield from pq.ParquetFile(pa.BufferReader(buf)).iter_batches()
+    else:
+        raise InputError(
+            f"{name}: not an Arrow stream, Arrow file or Parquet (looks like {fmt.value})",
+            hint="pipe the output of an rlcycle stage written with -o -",
+        )
+
+
+def read_schema(path: str | Path) -> pa.Schema:
+    """The schema of an Arrow/Parquet artifact without reading its rows (files only)."""
+    fmt = sniff(read_head(path))
+    if fmt is Format.ARROW_FILE:
+        with pa.memory_map(str(path)) as src:
+            return ipc.open_file(src).schema
+    if fmt is Format.ARROW_STREAM:
+        with open(path, "rb") as f:
+            return ipc.open_stream(f).schema
+    if fmt is Format.PARQUET:
+        return pq.read_schema(str(path))
+    raise InputError(f"{path}: not an Arrow or Parquet file (looks like {fmt.value})")
+
+
+def read_table(path: str | Path) -> pa.Table:
+    """A whole artifact as a table (small artifacts; big ones stream with iter_batches)."""
+    if str(path) == STDIO:
+        batches = list(iter_batches(path))
+        if not batches:
+            raise InputError("<stdin>: no Arrow data", hint="pipe an rlcycle stage's `-o -` output")
+        return pa.Table.from_batches(batches)
+    fmt = sniff(read_head(path))
+    if fmt is Format.PARQUET:
+        return pq.read_table(str(path))
+    if fmt is Format.ARROW_FILE:
+        with pa.memory_map(str(path)) as src:
+            return ipc.open_file(src).read_all()
+    schema = read_schema(path)
+    return pa.Table.from_batches(list(iter_batches(path)), schema=schema)
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def refuse_terminal(stream: IO) -> None:
+    """Binary on a terminal helps nobody: refuse with a hint."""
+    if hasattr(stream, "isatty") and stream.isatty():
+        raise InputError(
+            "refusing to write binary Arrow data to a terminal",
+            hint="redirect it (`> out.arrow`), pipe it (`| rlcycle inspect -`), or pass -o FILE",
+        )
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temp path beside `path`; renamed onto it when the block succeeds, removed otherwise."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+class ArtifactWriter:
+    """Write record batches to an artifact path atomically; `-` streams IPC to stdout.
+
+    with ArtifactWriter("out.arrow", schema) as w:
+        w.write(batch)
+    The file appears at its path only when the block exits without an exception.
+    """
+
+    def __init__(self, path: str | Path, schema: pa.Schema, row_group_rows: int = 131072):
+        self.path = str(path)
+        self.schema = schema
+        self.fmt = format_for_output(path)
+        if self.fmt is Format.JSON:
+            raise InputError(
+                f"output {path}: artifacts are Arrow or Parquet, not JSON",
+                hint="use .arrow or .parquet",
+            )
+        self.rows = 0
+        self._ctx: contextlib.AbstractContextManager | None = None
+        self._sink = None
+        self._writer = None
+        self._row_group_rows = row_group_rows
+
+    def __enter__(self) -> ArtifactWriter:
+        if self.path == STDIO:
+            refuse_terminal(sys.stdout)
+            self._sink = sys.stdout.buffer
+            self._writer = ipc.new_stream(self._sink, self.schema)
+            return self
+        self._ctx = atomic_path(self.path)
+        tmp = self._ctx.__enter__()
+        if self.fmt is Format.PARQUET:
+            self._writer = pq.ParquetWriter(str(tmp), self.schema)
+        else:
+            self._sink = pa.OSFile(str(tmp), "wb")
+            self._writer = ipc.new_file(self._sink, self.schema)
+        return self
+
+    def write(self, data: pa.RecordBatch | pa.Table) -> None:
+        if data.num_rows == 0:
+            return
+        if not data.schema.equals(self.schema, check_metadata=False):
+            data = data.cast(self.schema) if isinstance(data, pa.Table) else pa.Table.from_batches([data]).cast(self.schema)
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data], schema=self.schema)
+        if self.fmt is Format.PARQUET:
+            self._writer.write_table(data, row_group_size=self._row_group_rows)
+        else:
+            self._writer.write_table(data)
+        self.rows += data.num_rows
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if self._writer is not None:
+                self._writer.close()
+            if self._sink is not None and self.path != STDIO:
+                self._sink.close()
+            elif self.path == STDIO:
+                sys.stdout.buffer.flush()
+        finally:
+            if self._ctx is not None:
+                self._ctx.__exit__(exc_type, exc, tb)
+
+
+def write_table(table: pa.Table, path: str | Path) -> int:
+    """Write a whole table atomically; returns the row count."""
+    with ArtifactWriter(path, table.schema) as w:
+        w.write(table)
+    return w.rows
+
+
+class AtomicTextWriter:
+    """A text file (e.g. a quarantine JSONL) that appears only on success; created lazily.
+
+    Nothing is created when nothing is written, so a clean run leaves no empty quarantine.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.count = 0
+        self._ctx: contextlib.AbstractContextManager | None = None
+        self._fh: IO[str] | None = None
+
+    def write_line(self, line: str) -> None:
+        if self._fh is None:
+            self._ctx = atomic_path(self.path)
+            self._fh = open(self._ctx.__enter__(), "w")
+        self._fh.write(line if line.endswith("\n") else line + "\n")
+        self.count += 1
+
+    def commit(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._ctx.__exit__(None, None, None)
+            self._fh = None
+
+    def abort(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._ctx.__exit__(RlcycleError, RlcycleError("aborted"), None)
+            self._fh = None
+
+
+def open_text_maybe_gz(path: str | Path) -> IO[bytes]:
+    """Binary reader that transparently gunzips `.gz` (sniffed) files."""
+    if sniff(read_head(path, 2)) is Format.GZIP:
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
