@@ -77,6 +77,10 @@ def _salvage_stream(buf: pa.Buffer, name: str, what: str):
         yield None, BadRecord(
             name, 0, f"{what}: {recovered} complete batch(es) recovered, the rest is unreadable ({e})"
         )
+        return
+    if what == "truncated Arrow file":
+        # Every batch was readable but the footer is gone: say so, the file is damaged.
+        yield None, BadRecord(name, 0, f"{what}: footer missing, {recovered} batch(es) recovered")
 
 
 def _empty() -> pl.DataFrame:

@@ -1,0 +1,21 @@
+# rlcycle recipes; each is a thin call to scripts/dev.sh so `just` is optional.
+
+# create .venv and install rlcycle with its dev extras
+setup:
+    bash scripts/dev.sh setup
+
+# run the tests (starts the Docker engine and builds the sandbox image if needed)
+test *ARGS:
+    bash scripts/dev.sh test {{ARGS}}
+
+# ruff over the code, tests and scripts
+lint:
+    bash scripts/dev.sh lint
+
+# run every scripts/bench_*.py
+bench *ARGS:
+    bash scripts/dev.sh bench {{ARGS}}
+
+# the pipeline on the bundled sample data
+demo:
+    bash scripts/dev.sh demo

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# rlcycle's developer entry point: the README's two commands and the justfile call this.
+#
+#   scripts/dev.sh setup          create .venv and install rlcycle (fast when already done)
+#   scripts/dev.sh demo           run the pipeline on the bundled sample data
+#   scripts/dev.sh test [ARGS]    install what the tests need (Docker engine, sandbox image), run pytest
+#   scripts/dev.sh lint           ruff
+#   scripts/dev.sh bench          every scripts/bench_*.py at its default size
+#
+# torch: an existing torch in .venv is kept (GPU users: install your CUDA build first, or set
+# RLCYCLE_TORCH="torch==X"). On a machine with no GPU visible, setup installs RLCYCLE_TORCH,
+# default torch==2.13.0, the CPU build that lies on these machines' disk; it never pulls a CUDA
+# build onto a CPU-only machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${RLCYCLE_VENV:-.venv}"
+PY="$VENV/bin/python"
+
+log() { printf '[dev] %s\n' "$*" >&2; }
+
+setup() {
+  if [ ! -x "$PY" ]; then
+    log "creating $VENV"
+    python3 -m venv "$VENV"
+    "$PY" -m pip install -q --upgrade pip
+  fi
+  local want have
+  want="$(cat pyproject.toml | sha256sum | cut -c1-16)"
+  have="$(cat "$VENV/.rlcycle-installed" 2>/dev/null || true)"
+  if [ "$want" = "$have" ] && "$PY" -c "import rlcycle, torch" 2>/dev/null; then
+    return 0
+  fi
+  if ! "$PY" -c "import torch" 2>/dev/null; then
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+      log "GPU visible: installing ${RLCYCLE_TORCH:-torch} (pick your CUDA build with RLCYCLE_TORCH)"
+      "$PY" -m pip install -q "${RLCYCLE_TORCH:-torch}"
+    else
+      log "no GPU: installing ${RLCYCLE_TORCH:-torch==2.13.0} (CPU build)"
+      "$PY" -m pip install -q "${RLCYCLE_TORCH:-torch==2.13.0}"
+    fi
+  fi
+  log "installing rlcycle and its dev extras into $VENV"
+  "$PY" -m pip install -q -e '.[dev]'
+  echo "$want" > "$VENV/.rlcycle-installed"
+}
+
+docker_ready() {
+  # CI must run the Docker tests: a missing engine is a failure there, a notice elsewhere.
+  if [ -f scripts/ensure_docker.sh ]; then
+    if ! bash scripts/ensure_docker.sh; then
+      if [ -n "${CI:-}" ]; then log "no Docker engine and CI is set: failing"; return 1; fi
+      log "no Docker engine: the Docker tests will be skipped (they fail under CI=1)"
+      return 0
+    fi
+  fi
+  if "$PY" -c "import rlcycle.sandbox" 2>/dev/null && docker info >/dev/null 2>&1; then
+    "$VENV/bin/rlcycle" sandbox build
+  fi
+}
+
+demo() {
+  setup
+  local run="runs/demo"
+  mkdir -p "$run"
+  "$VENV/bin/rlcycle" collect sample_data/events sample_data/otel -o "$run/trajectories.arrow"
+  "$VENV/bin/rlcycle" inspect "$run/trajectories.arrow" --head 1
+}
+
+run_tests() {
+  setup
+  docker_ready
+  # pytest's exit 5 (no tests collected) is a failure here: a run that tested nothing is not green.
+  "$PY" -m pytest "$@"
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  setup) setup ;;
+  demo) demo "$@" ;;
+  test) run_tests "$@" ;;
+  lint) setup; "$VENV/bin/ruff" check rlcycle tests scripts ;;
+  bench) setup; for b in scripts/bench_*.py; do log "$b"; "$PY" "$b" "$@"; done ;;
+  *) sed -n '2,14p' "$0"; exit 2 ;;
+esac
