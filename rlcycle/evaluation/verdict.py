@@ -1,0 +1,152 @@
+"""From eval results to a verdict: metrics per policy, the paired comparison, the gates.
+
+In: an `eval_results` table (one row per task × policy × attempt; see rlcycle/schema.py) and a
+`GateConfig`. Out: a `verdict` dict (what `verdict.json` holds) whose `decision` is `accept`,
+`refuse` or `no_verdict` (too few tasks ran cleanly to judge).
+
+Rows with status `error` are infrastructure failures: they are counted and left out of every
+metric (never scored as the model's failure). A task enters the paired comparison only when
+both policies have at least one non-error attempt on it.
+
+The gates (each reported with metric, value, threshold and result):
+- `pass_rate`: no significant regression. The upper end of the cluster-bootstrap CI of the
+  paired pass-rate difference must be >= −max_pass_rate_drop, and McNemar must not show a
+  significant loss. Equal or better candidates pass.
+- `invalid_tool_call_rate`, `clarification_rate`: behaviour drift upwards is capped (the two
+  reward hacks of DESIGN.md: broken calls on hard tasks, clarifying instead of editing).
+- `edit_rate`: drift downwards is capped (an agent that stops editing hides its failures).
+- `latency`: candidate mean latency within a ratio of the baseline's, and under an absolute
+  budget when one is set.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from rlcycle.config import cfg
+from rlcycle.evaluation import stats
+
+
+@dataclass
+class GateConfig:
+    level: float = cfg(0.95, help="Confidence level of intervals and the McNemar test (1 - alpha).")
+    bootstrap_samples: int = cfg(2000, help="Cluster-bootstrap resamples.")
+    seed: int = cfg(0, help="Seed of the bootstrap.")
+    max_pass_rate_drop: float = cfg(0.0, help="Refuse when the pass rate is significantly lower by more than this.")
+    max_invalid_rate_increase: float = cfg(0.02, help="Largest allowed rise of the invalid tool call rate.")
+    max_clarification_rate_increase: float = cfg(0.10, help="Largest allowed rise of the clarification rate.")
+    max_edit_rate_decrease: float = cfg(0.10, help="Largest allowed fall of the edit rate.")
+    max_latency_ratio: float = cfg(1.10, help="Candidate mean latency / baseline mean latency, at most.")
+    latency_budget_ms: float | None = cfg(None, help="Absolute cap on the candidate's mean latency (ms).")
+    min_paired_tasks: int = cfg(5, help="Fewer cleanly paired tasks than this gives no verdict.")
+    k: int = cfg(1, help="k for pass@k and pass^k (at most the attempts per task).")
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not 0.5 <= self.level < 1:
+            problems.append(f"level={self.level}: must be in [0.5, 1)")
+        for name in ("max_pass_rate_drop", "max_invalid_rate_increase", "max_clarification_rate_increase", "max_edit_rate_decrease"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name}={getattr(self, name)}: must be >= 0")
+        if self.max_latency_ratio <= 0:
+            problems.append(f"max_latency_ratio={self.max_latency_ratio}: must be > 0")
+        if self.k < 1:
+            problems.append(f"k={self.k}: must be >= 1")
+        return problems
+
+
+def policy_metrics(rows: pl.DataFrame, k: int) -> dict[str, Any]:
+    """Metrics of one policy over its non-error rows."""
+    ok = rows.filter(pl.col("status") != "error")
+    if ok.height == 0:
+        return {"tasks": 0, "attempts": 0, "errors": rows.height}
+    per_task = ok.group_by("task_id").agg(pl.len().alias("n"), (pl.col("status") == "pass").sum().alias("c"))
+    ks = [(n, c) for n, c in per_task.select("n", "c").iter_rows()]
+    kk = min(k, min(n for n, _ in ks))
+    calls = ok["n_tool_calls"].sum()
+    return {
+        "tasks": per_task.height,
+        "attempts": ok.height,
+        "errors": rows.height - ok.height,
+        "pass@1": sum(c / n for n, c in ks) / len(ks),
+        f"pass@{kk}": sum(stats.pass_at_k(n, c, kk) for n, c in ks) / len(ks),
+        f"pass^{kk}": sum(stats.pass_hat_k(n, c, kk) for n, c in ks) / len(ks),
+        "mean_reward": float(ok["reward"].mean()),
+        "invalid_tool_call_rate": float(ok["n_invalid_tool_calls"].sum() / calls) if calls else 0.0,
+        "clarification_rate": float(ok["asked_clarification"].cast(pl.Float64).mean()),
+        "edit_rate": float(ok["edited"].cast(pl.Float64).mean()),
+        "mean_turns": float(ok["turns"].mean()),
+        "mean_tokens": float(ok["tokens"].mean()),
+        "mean_latency_ms": float(ok["latency_ms"].mean()),
+    }
+
+
+def _paired(results: pl.DataFrame, candidate: str, baseline: str):
+    ok = results.filter(pl.col("status") != "error")
+    rates: dict[str, dict[str, float]] = defaultdict(dict)
+    clusters: dict[str, str] = {}
+    outcomes: dict[tuple[str, str, int], bool] = {}
+    for task, cluster, policy, attempt, status in ok.select("task_id", "cluster", "policy", "attempt", "status").iter_rows():
+        outcomes[(policy, task, attempt)] = status == "pass"
+        clusters[task] = cluster
+    per = ok.group_by("task_id", "policy").agg((pl.col("status") == "pass").mean().alias("rate"))
+    for task, policy, rate in per.iter_rows():
+        rates[task][policy] = rate
+    diffs = {t: r[candidate] - r[baseline] for t, r in rates.items() if candidate in r and baseline in r}
+    pairs = [
+        (outcomes[(candidate, t, a)], outcomes[(baseline, t, a)])
+        for (p, t, a) in outcomes
+        if p == candidate and t in diffs and (baseline, t, a) in outcomes
+    ]
+    return diffs, clusters, pairs
+
+
+def _gate(name: str, metric: str, value: float, threshold: float, ok: bool, detail: str = "") -> dict[str, Any]:
+    return {"name": name, "metric": metric, "value": value, "threshold": threshold, "passed": bool(ok), "detail": detail}
+
+
+def decide(results: pl.DataFrame, candidate: str, baseline: str, gates: GateConfig) -> dict[str, Any]:
+    """The verdict for `candidate` vs `baseline` over an eval_results table."""
+    cand = policy_metrics(results.filter(pl.col("policy") == candidate), gates.k)
+    base = policy_metrics(results.filter(pl.col("policy") == baseline), gates.k)
+    diffs, clusters, pairs = _paired(results, candidate, baseline)
+    verdict: dict[str, Any] = {
+        "candidate": candidate,
+        "baseline": baseline,
+        "metrics": {"candidate": cand, "baseline": base},
+        "paired_tasks": len(diffs),
+        "errors": int((results["status"] == "error").sum()),
+        "gates": [],
+    }
+    if len(diffs) < gates.min_paired_tasks:
+        verdict["decision"] = "no_verdict"
+        verdict["reason"] = f"only {len(diffs)} task(s) ran cleanly under both policies (need {gates.min_paired_tasks})"
+        return verdict
+    ci = stats.paired_cluster_bootstrap(diffs, clusters, gates.bootstrap_samples, gates.level, gates.seed)
+    mc = stats.mcnemar_exact(pairs)
+    verdict["paired"] = {"pass_rate_diff": ci.as_dict(), "mcnemar": mc.__dict__, "clusters": len(set(clusters[t] for t in diffs))}
+    alpha = 1 - gates.level
+    significant_loss = mc.p_value < alpha and mc.baseline_only > mc.candidate_only
+    g = [
+        _gate("pass_rate", "upper CI of paired pass-rate difference", ci.high, -gates.max_pass_rate_drop,
+              ci.high >= -gates.max_pass_rate_drop and not significant_loss,
+              f"diff {ci.estimate:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}], McNemar p={mc.p_value:.3g}"),
+        _gate("invalid_tool_call_rate", "candidate - baseline", cand["invalid_tool_call_rate"] - base["invalid_tool_call_rate"],
+              gates.max_invalid_rate_increase, cand["invalid_tool_call_rate"] - base["invalid_tool_call_rate"] <= gates.max_invalid_rate_increase),
+        _gate("clarification_rate", "candidate - baseline", cand["clarification_rate"] - base["clarification_rate"],
+              gates.max_clarification_rate_increase, cand["clarification_rate"] - base["clarification_rate"] <= gates.max_clarification_rate_increase),
+        _gate("edit_rate", "baseline - candidate", base["edit_rate"] - cand["edit_rate"],
+              gates.max_edit_rate_decrease, base["edit_rate"] - cand["edit_rate"] <= gates.max_edit_rate_decrease),
+    ]  # fmt: skip
+    ratio = cand["mean_latency_ms"] / base["mean_latency_ms"] if base["mean_latency_ms"] > 0 else 1.0
+    g.append(_gate("latency", "candidate / baseline mean latency", ratio, gates.max_latency_ratio, ratio <= gates.max_latency_ratio))
+    if gates.latency_budget_ms is not None:
+        g.append(_gate("latency_budget", "candidate mean latency (ms)", cand["mean_latency_ms"], gates.latency_budget_ms,
+                       cand["mean_latency_ms"] <= gates.latency_budget_ms))  # fmt: skip
+    verdict["gates"] = g
+    verdict["decision"] = "accept" if all(x["passed"] for x in g) else "refuse"
+    return verdict
