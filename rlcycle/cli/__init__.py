@@ -84,7 +84,11 @@ def main() -> None:
     """Console-script entry point: run the app, map errors to exit codes."""
     debug = os.environ.get("RLCYCLE_DEBUG") == "1"
     try:
-        app(standalone_mode=False)
+        # With standalone_mode=False click returns the code of typer.Exit/ctx.exit instead of
+        # exiting; pass it on.
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except RlcycleError as e:
         if debug:
             raise
