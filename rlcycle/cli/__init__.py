@@ -49,11 +49,12 @@ def _root(
 
 def _register() -> None:
     # Imported here so `rlcycle --help` stays fast and each command lives in its own module.
-    from rlcycle.cli import collect_cmd, inspect_cmd, pending_cmds
+    from rlcycle.cli import collect_cmd, deploy_cmd, inspect_cmd, pending_cmds
 
     collect_cmd.register(app)
     inspect_cmd.register(app)
     pending_cmds.register(app)
+    deploy_cmd.register(app)
     try:
         from rlcycle.cli import sandbox_cmd
     except ImportError as e:  # the sandbox command group ships with issue #3

@@ -59,19 +59,6 @@ def register(app: typer.Typer) -> None:
         raise NotBuiltYet("eval", 7)
 
     @app.command(
-        "deploy",
-        help=(
-            "Promote a checkpoint in the model registry if its verdict passed; or roll back.\n\n"
-            "Example:\n\n  rlcycle deploy checkpoint/ --verdict eval/verdict.json\n\n"
-            "Not built yet (issue #8)."
-        ),
-    )
-    def deploy(
-        checkpoint: Path = typer.Argument(..., help="Checkpoint directory to promote."),
-    ) -> None:
-        raise NotBuiltYet("deploy", 8)
-
-    @app.command(
         "cycle",
         help=(
             "Chain collect, distill, train, eval and deploy in one run directory.\n\n"

@@ -1,0 +1,114 @@
+"""`rlcycle deploy`, `rlcycle rollback` and `rlcycle registry ...`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from rlcycle import console
+
+registry_app = typer.Typer(
+    help="The model registry: checkpoints by content id, aliases, deployment history.\n\n"
+    "Example:\n\n  rlcycle registry ls",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "deploy",
+        help=(
+            "Promote a checkpoint in the model registry if its verdict passed; notify serving.\n\n"
+            "Refuses (exit 3) without an accepting verdict unless --force, which is recorded. "
+            "If the serving hook fails, the aliases are moved back.\n\n"
+            "Examples:\n\n"
+            "  rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json\n\n"
+            "  rlcycle deploy ckpt/ --verdict verdict.json --canary 0.05 --hook 'systemctl reload my-server'\n\n"
+            "  rlcycle deploy ckpt/ --verdict verdict.json --hook http://127.0.0.1:8000/v1/load_lora_adapter"
+        ),
+    )
+    def deploy(
+        checkpoint: Path = typer.Argument(..., help="Checkpoint directory to promote."),
+        verdict: Path = typer.Option(None, "--verdict", help="verdict.json from `rlcycle eval`."),
+        alias: str = typer.Option(None, "--alias", help="Alias to promote into (default production)."),
+        force: bool = typer.Option(None, "--force", help="Deploy without a passing verdict (recorded)."),
+        canary: float = typer.Option(None, "--canary", help="Serve to this fraction of traffic first (0-1)."),
+        hook: str = typer.Option(None, "--hook", help="Serving hook: shell command or http(s) URL (JSON POST)."),
+        config: Path = typer.Option(None, "--config", help="TOML config ([deploy] table or top level)."),
+        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set hook_timeout_s=30."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON result object."),
+    ) -> None:
+        from rlcycle import deploy as stage
+        from rlcycle.config import resolve
+
+        cfg = resolve(stage.DeployConfig, config, set_,
+                      {"alias": alias, "force": force, "canary_fraction": canary, "hook": hook}, section="deploy")  # fmt: skip
+        result = stage.run(cfg, checkpoint, verdict)
+        _report(result.as_dict(), as_json)
+
+    @app.command(
+        "rollback",
+        help="Point an alias back at the previous checkpoint.\n\nExample:\n\n  rlcycle rollback --alias production",
+    )
+    def rollback(
+        alias: str = typer.Option("production", "--alias", help="Alias to roll back."),
+        note: str = typer.Option(None, "--note", help="Why (recorded in the history)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON result object."),
+    ) -> None:
+        from rlcycle import deploy as stage
+
+        _report(stage.rollback(alias, note=note).as_dict(), as_json)
+
+    app.add_typer(registry_app, name="registry")
+
+
+def _report(result: dict, as_json: bool) -> None:
+    if as_json:
+        console.print_json(result)
+    else:
+        typer.echo(f"{result['action']}: {result['alias']} -> {result['checkpoint_id']} (was {result['previous_id']})")
+
+
+@registry_app.command("ls", help="List checkpoints, aliases and recent history.\n\nExample:\n\n  rlcycle registry ls --json")
+def registry_ls(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    history: int = typer.Option(10, "--history", help="How many recent deployments to show."),
+) -> None:
+    from rlcycle.registry import Registry
+
+    reg = Registry()
+    hist = reg.history().to_pylist()[-history:] if history else []
+    state = reg.state()
+    if as_json:
+        console.print_json({"root": str(reg.root), "aliases": state["aliases"], "canary": state.get("canary"),
+                            "checkpoints": reg.checkpoints(), "history": hist})  # fmt: skip
+        return
+    typer.echo(f"registry: {reg.root}")
+    for c in reg.checkpoints():
+        typer.echo(f"  {c['id']}  {','.join(c['aliases']) or '-':<28} parent={c['parent'] or '-'}")
+    if state.get("canary"):
+        typer.echo(f"  canary: {json.dumps(state['canary'])}")
+    for h in hist:
+        typer.echo(f"  {h['ts']:%Y-%m-%d %H:%M:%S} {h['action']:<9} {h['alias']:<11} {h['checkpoint_id']} {h['note'] or ''}")
+
+
+@registry_app.command("show", help="Show one checkpoint's lineage (rlcycle.json).\n\nExample:\n\n  rlcycle registry show production")
+def registry_show(ref: str = typer.Argument(..., help="Alias, checkpoint id, or directory.")) -> None:
+    from rlcycle.registry import Registry, checkpoint_id
+
+    path = Registry().resolve(ref)
+    meta_path = path / "rlcycle.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    console.print_json({"id": checkpoint_id(path), "path": str(path), **meta})
+
+
+@registry_app.command("add", help="Register a checkpoint, optionally under an alias.\n\nExample:\n\n  rlcycle registry add models/tiny --alias production")
+def registry_add(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint directory."),
+    alias: str = typer.Option(None, "--alias", help="Set this alias to it (e.g. production)."),
+) -> None:
+    from rlcycle import deploy as stage
+
+    typer.echo(stage.register(checkpoint, alias))
