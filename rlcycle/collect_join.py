@@ -20,10 +20,10 @@ _CALL_FIELDS = ["call_id", "name", "arguments", "status"]
 
 def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, result) -> pl.DataFrame:
     n_before = events.height
-    # Order-independent dedupe: sort first so "the first copy" is the same whatever the order.
-    events = events.sort("event_id", "ts_ms").unique("event_id", keep="first", maintain_order=True)
+    events = _first_of_each(events, "event_id")
     result.duplicates += n_before - events.height
-    by_type = {t: events.filter(pl.col("type") == t) for t in ("completion", "tool_result", "edit_outcome", "user_message", "feedback")}
+    split = events.partition_by("type", as_dict=True)  # one pass, not one filter per type
+    by_type = {t: split.get((t,), events.clear()) for t in ("completion", "tool_result", "edit_outcome", "user_message", "feedback")}
 
     comp = _completions(by_type["completion"], result)
     if comp.height == 0:
@@ -49,9 +49,27 @@ def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
     n = comp.height
     # Two completion events for one sample_id (distinct event ids) is a logging bug upstream:
     # keep the earliest, count the rest.
-    comp = comp.sort("sample_id", "ts_ms").unique("sample_id", keep="first", maintain_order=True)
+    comp = _first_of_each(comp, "sample_id")
     result.duplicate_samples += n - comp.height
     return comp
+
+
+def _first_of_each(df: pl.DataFrame, key: str) -> pl.DataFrame:
+    """One row per `key`: the earliest by (ts, key), whatever order the rows arrived in.
+
+    Duplicates are rare, so the common case costs one hash pass; when there are some, only the
+    small (key, ts, row) frame is sorted — never the token-id lists.
+    """
+    if not df.get_column(key).is_duplicated().any():
+        return df
+    keep = (
+        df.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i"), key, "ts_ms")
+        .sort(key, "ts_ms", "_i")
+        .unique(key, keep="first")
+        .get_column("_i")
+        .sort()
+    )
+    return df[keep]
 
 
 def _tool_calls(comp, results, outcomes, config, patterns, result):

@@ -15,7 +15,7 @@ AS_OF = "2026-12-02T00:00:00Z"
 BAD_LINES = {
     "malformed": ('{"event_id": "x1", "type": ', "malformed JSON"),
     "wrong_type": ('{"event_id": "x2", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "episode_id": "e", "sample_id": "q", "turn": "first", "policy_version": "p", "completion_ids": [1]}', "field 'turn': expected an integer"),
-    "wrong_list": ('{"event_id": "x3", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "completion_ids": ["a", "b"]}', "field 'completion_ids': expected a list of an integer"),
+    "wrong_list": ('{"event_id": "x3", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "completion_ids": ["a", "b"]}', "field 'completion_ids': expected a list of a 32-bit integer"),
     "unknown_type": ('{"event_id": "x4", "type": "telemetry", "ts": "2026-11-30T10:00:00Z", "session_id": "s"}', "unknown event type 'telemetry'"),
     "missing_key": ('{"event_id": "x5", "type": "tool_result", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "sample_id": "q"}', "tool_result: missing call_id"),
     "missing_ts": ('{"event_id": "x6", "type": "user_message", "session_id": "s", "episode_id": "e", "text": "hi"}', "missing ts"),
