@@ -174,6 +174,7 @@ def run(
     n_parts = max(1, math.ceil(sum(sizes) / config.bucket_bytes))
     if rio.STDIO in files:
         n_parts = max(n_parts, 16)  # unknown size: spread it
+    n_parts = 1 << (n_parts - 1).bit_length()  # a power of two: see Partitioner
     result.partitions = n_parts
     qwriter = rio.AtomicTextWriter(qpath)
     progress = Progress("collect", quiet=quiet)
@@ -244,8 +245,16 @@ _KEEP = [
 ]  # fmt: skip
 
 
+SESSION_HASH = pl.col("session_id").hash(seed=7)
+
+
 class Partitioner:
-    """Append events to N Arrow stream files on disk, by a stable hash of session_id."""
+    """Append events to N Arrow stream files on disk, by a stable hash of session_id.
+
+    N is a power of two and a session's partition is the top log2(N) bits of its hash: the
+    partitions are *ranges* of the hash, so writing them in order, each sorted by hash, gives
+    one global order whatever N is (the same output for a file and for stdin).
+    """
 
     def __init__(self, root: Path, n: int):
         self.root, self.n = root, n
@@ -256,7 +265,8 @@ class Partitioner:
         if self.n == 1:
             self._write(0, events)
             return
-        part = (pl.col("session_id").hash(seed=7) % self.n).alias("_part")
+        shift = 64 - (self.n.bit_length() - 1)
+        part = (SESSION_HASH // pl.lit(1 << shift, dtype=pl.UInt64)).alias("_part")  # top bits
         for (idx,), group in events.with_columns(part).partition_by("_part", as_dict=True).items():
             self._write(int(idx), group.drop("_part"))
 

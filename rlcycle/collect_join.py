@@ -204,7 +204,12 @@ def _mature_and_filter(comp, config, as_of_ms, since_ms, until_ms, result) -> pl
 
 
 def _finish(comp: pl.DataFrame) -> pl.DataFrame:
-    return comp.sort("session_id", "episode_id", "turn", "sample_id").select(
+    from rlcycle.collect import SESSION_HASH
+
+    # Hash first: partitions are hash ranges, so this order is global (see Partitioner).
+    order = comp.select(SESSION_HASH.alias("_h"), "session_id", "episode_id", "turn", "sample_id")
+    comp = comp[order.with_row_index("_i").sort("_h", "session_id", "episode_id", "turn", "sample_id")["_i"]]
+    return comp.select(
         "sample_id", "episode_id", "session_id", "turn", "policy_version",
         pl.col("ts_ms").cast(pl.Datetime("ms", "UTC")).alias("ts"),
         "prompt_ids", "completion_ids", "behavior_logprobs", "tool_calls",
