@@ -71,3 +71,23 @@ def docker_client():
     client = docker.from_env(timeout=120)
     yield client
     client.close()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No test may leave an rlcycle container or volume behind: a leak fails the run."""
+    if _docker_problem():
+        return
+    import docker
+
+    client = docker.from_env(timeout=30)
+    try:
+        containers = client.containers.list(all=True, filters={"label": "rlcycle.owner"})
+        volumes = client.volumes.list(filters={"label": "rlcycle.owner"})
+        mine = f":{os.getpid()}"  # owner labels are user@host:pid
+        leaked = [c.name for c in containers if c.labels.get("rlcycle.owner", "").endswith(mine)]
+        leaked += [v.name for v in volumes if (v.attrs.get("Labels") or {}).get("rlcycle.owner", "").endswith(mine)]
+    finally:
+        client.close()
+    if leaked:
+        print(f"\nLEAK: rlcycle containers/volumes left behind by this test run: {leaked}")
+        session.exitstatus = 1
