@@ -49,12 +49,27 @@ def _root(
 
 def _register() -> None:
     # Imported here so `rlcycle --help` stays fast and each command lives in its own module.
-    from rlcycle.cli import collect_cmd, deploy_cmd, inspect_cmd, pending_cmds
+    from rlcycle.cli import (
+        collect_cmd,
+        deploy_cmd,
+        eval_cmd,
+        inspect_cmd,
+        model_cmd,
+        pending_cmds,
+        simulate_cmd,
+        tasks_cmd,
+        train_cmd,
+    )
 
     collect_cmd.register(app)
     inspect_cmd.register(app)
     pending_cmds.register(app)
+    train_cmd.register(app)
+    eval_cmd.register(app)
     deploy_cmd.register(app)
+    simulate_cmd.register(app)
+    model_cmd.register(app)
+    app.add_typer(tasks_cmd.app, name="tasks")
     try:
         from rlcycle.cli import sandbox_cmd
     except ImportError as e:  # the sandbox command group ships with issue #3

@@ -29,36 +29,6 @@ def register(app: typer.Typer) -> None:
         raise NotBuiltYet("distill", 5)
 
     @app.command(
-        "train",
-        help=(
-            "Off-policy-corrected policy-gradient update of a causal LM on logged token ids.\n\n"
-            "Example:\n\n  rlcycle train examples.arrow --base registry:production -o checkpoint/\n\n"
-            "Not built yet (issue #6)."
-        ),
-    )
-    def train(
-        examples: Path = typer.Argument(..., help="examples.arrow from distill."),
-        base: str = typer.Option(..., "--base", help="Base checkpoint directory or registry alias."),
-        out: Path = typer.Option(..., "-o", "--out", help="Checkpoint directory to write."),
-    ) -> None:
-        raise NotBuiltYet("train", 6)
-
-    @app.command(
-        "eval",
-        help=(
-            "Run a candidate checkpoint as an agent on a task suite in Docker sandboxes and\n"
-            "compare it with the production checkpoint.\n\n"
-            "Example:\n\n  rlcycle eval checkpoint/ --baseline production --suite sample_data/tasks -o eval/\n\n"
-            "Not built yet (issue #7)."
-        ),
-    )
-    def eval_(
-        candidate: Path = typer.Argument(..., help="Candidate checkpoint directory."),
-        out: Path = typer.Option(..., "-o", "--out", help="Directory for eval_results.arrow and verdict.json."),
-    ) -> None:
-        raise NotBuiltYet("eval", 7)
-
-    @app.command(
         "cycle",
         help=(
             "Chain collect, distill, train, eval and deploy in one run directory.\n\n"

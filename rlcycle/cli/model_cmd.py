@@ -1,0 +1,121 @@
+"""`rlcycle init-model` and `rlcycle serve`: make a policy, serve a policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rlcycle import console
+
+
+def register(app: typer.Typer) -> None:
+    """Add `init-model` and `serve` to `app`."""
+    _register_init_model(app)
+    _register_serve(app)
+
+
+def _register_init_model(app: typer.Typer) -> None:
+    @app.command(
+        "init-model",
+        help=(
+            "Create a small Qwen2-style causal LM with random weights and the default tokenizer, "
+            "in Hugging Face format (loadable by AutoModelForCausalLM.from_pretrained as is). "
+            "The same seed gives byte-identical weights.\n\n"
+            "Sizes: tiny (hidden 256, 4 layers, ~4M parameters), small (hidden 512, 8 layers).\n\n"
+            "Examples:\n\n"
+            "  rlcycle init-model -o runs/demo/policy\n\n"
+            "  rlcycle init-model -o runs/demo/policy-small --size small --seed 7 --json\n\n"
+            "  rlcycle init-model -o runs/demo/policy --warm-start sample_data/tasks --warm-start-steps 200"
+        ),
+    )
+    def init_model(
+        out: Path = typer.Option(..., "-o", "--out", help="Directory to create."),
+        seed: int = typer.Option(None, "--seed", help="Seed of the random weights (default 0)."),
+        size: str = typer.Option(None, "--size", help="tiny or small (default tiny)."),
+        tokenizer: Path = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: sample_data/tokenizer)."),
+        warm_start: Path = typer.Option(None, "--warm-start", help="Task suite: train briefly on its reference solutions rendered by the harness."),
+        warm_start_steps: int = typer.Option(None, "--warm-start-steps", help="Supervised steps of the warm start (default 200)."),
+        force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+        config: Path = typer.Option(None, "--config", help="TOML config ([init_model] table or top level)."),
+        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set max_position_embeddings=2048."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
+    ) -> None:
+        from rlcycle import model_init
+        from rlcycle.config import resolve
+
+        cfg = resolve(
+            model_init.InitModelConfig, config, set_,
+            {"seed": seed, "size": size, "tokenizer": str(tokenizer) if tokenizer else None,
+             "warm_start": str(warm_start) if warm_start else None,
+             "warm_start_steps": warm_start_steps},
+            section="init_model",
+        )
+        result = model_init.run(cfg, out, force=force)
+        if as_json:
+            console.print_json(result.as_dict())
+        else:
+            console.out.print(result.path, markup=False)
+        console.info(
+            f"init-model: {result.size} model, {result.n_params:,} parameters, seed {result.seed}, "
+            f"vocab {result.vocab_size:,} -> {result.path} ({result.checkpoint_id[:19]}…, "
+            f"{result.seconds:.1f}s)"
+        )
+        if result.warm_start:
+            w = result.warm_start
+            console.info(
+                f"  warm start: {w['tasks']} task(s), {w['steps']} steps, loss {w['first_loss']:.3f} "
+                f"-> {w['last_loss']:.3f}, first turn a valid tool call on "
+                f"{w['valid_first_calls']}/{w['tasks']} task(s)"
+            )
+
+
+
+def _register_serve(app: typer.Typer) -> None:
+    @app.command(
+        "serve",
+        help=(
+            "Serve a policy directory over an OpenAI-compatible /v1/completions API (prompts as "
+            "token ids; responses carry token ids and the logprobs of the sampling distribution), "
+            "for `rlcycle simulate`/`eval --policy http://...` or any OpenAI client. Binds to "
+            "127.0.0.1 unless --host says otherwise; no TLS.\n\n"
+            "Examples:\n\n"
+            "  rlcycle serve --policy runs/demo/policy --port 8000\n\n"
+            "  rlcycle serve --policy runs/demo/policy --port 0 --json   # prints the URL"
+        ),
+    )
+    def serve(
+        policy: Path = typer.Option(..., "--policy", help="Model directory (HF format)."),
+        port: int = typer.Option(None, "--port", help="TCP port (default 8000; 0 picks a free one)."),
+        host: str = typer.Option(None, "--host", help="Interface to bind (default 127.0.0.1)."),
+        name: str = typer.Option(None, "--name", help="Model name in /v1/models (default: the directory name)."),
+        device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+        dtype: str = typer.Option("auto", "--dtype", help="float32, bfloat16, float16 or auto."),
+        max_batch_size: int = typer.Option(None, "--max-batch-size", help="Prompts generated together (default 16)."),
+        prefix_cache_tokens: int = typer.Option(0, "--prefix-cache-tokens", help="Reuse the KV cache of past requests up to this many tokens (0 = off; agent turns extend earlier prompts)."),
+        api_key: str = typer.Option(None, "--api-key", envvar="RLCYCLE_SERVE_API_KEY", help="Require this bearer token."),
+        config: Path = typer.Option(None, "--config", help="TOML config ([serve] table or top level)."),
+        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set batch_wait_ms=2."),
+        as_json: bool = typer.Option(False, "--json", help="Print {\"url\": ...} on stdout once listening."),
+    ) -> None:
+        from rlcycle.config import resolve
+        from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
+        from rlcycle.policy.serve import PolicyServer, ServeConfig
+
+        cfg = resolve(
+            ServeConfig, config, set_,
+            {"port": port, "host": host, "name": name, "max_batch_size": max_batch_size,
+             "api_key": api_key},
+            section="serve",
+        )
+        pcfg = resolve(HFPolicyConfig, None, None,
+                       {"device": device, "dtype": dtype, "max_batch_size": cfg.max_batch_size,
+                        "prefix_cache_tokens": prefix_cache_tokens})
+        server = PolicyServer(HFPolicy.from_pretrained(policy, pcfg), cfg)
+        if cfg.host not in ("127.0.0.1", "localhost", "::1"):
+            console.warn(f"serving on {cfg.host}: anyone who can reach it can use the model"
+                         + ("" if cfg.api_key else " (no --api-key set)"))
+        if as_json:
+            console.print_json({"url": server.url, "model": server.name})
+        console.info(f"serve: {policy} at {server.url}/v1 (Ctrl-C to stop)")
+        server.serve_forever()

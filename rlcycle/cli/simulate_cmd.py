@@ -1,0 +1,89 @@
+"""`rlcycle simulate`: a policy on a task suite in sandboxes with a simulated user -> events."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import typer
+
+from rlcycle import console
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "simulate",
+        help=(
+            "Run a policy as the coding agent on a task suite in Docker sandboxes while a "
+            "simulated user answers questions, reacts and keeps or reverts edits. Writes "
+            "production events (the schema collect reads) as JSON lines.\n\n"
+            "--policy takes a checkpoint directory, a registry alias, an http(s) URL of an "
+            "OpenAI-compatible server (with --tokenizer), or scripted:reference / "
+            "scripted:nothing.\n\n"
+            "Examples:\n\n"
+            "  rlcycle simulate --policy runs/demo/policy --tasks sample_data/tasks -n 40 -o sim.jsonl\n\n"
+            "  rlcycle simulate --policy scripted:reference --tasks sample_data/tasks -o ref.jsonl --json\n\n"
+            "  rlcycle simulate --policy http://127.0.0.1:8000 --tokenizer runs/demo/policy "
+            "--tasks sample_data/tasks -o - | rlcycle collect - -o traj.arrow"
+        ),
+    )
+    def simulate(
+        policy: str = typer.Option(..., "--policy", "-p", help="Checkpoint dir, registry alias, http(s) URL, or scripted:reference / scripted:nothing."),
+        tasks: Path = typer.Option(..., "--tasks", "-t", help="Task suite directory."),
+        out: str = typer.Option(..., "-o", "--out", help="Events log to write (JSON lines), or - for stdout."),
+        episodes: int = typer.Option(None, "--episodes", "-n", help="Sessions to run, cycling over the tasks (default: one per task)."),
+        seed: int = typer.Option(None, "--seed", help="Seed of sampling and of the simulated user (default 0)."),
+        start: str = typer.Option(None, "--start", help="Simulated clock start, RFC 3339 (default 2026-12-01T00:00:00Z)."),
+        temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (default 1.0)."),
+        max_turns: int = typer.Option(None, "--max-turns", help="Model calls per session at most (default 8)."),
+        max_new_tokens: int = typer.Option(None, "--max-new-tokens", help="Tokens per model call at most (default 256)."),
+        sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes in the pool (default 4)."),
+        tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer directory (needed for an http policy)."),
+        config: Path = typer.Option(None, "--config", help="TOML config ([simulate] table or top level)."),
+        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set feedback_rate=0.5 (repeatable)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
+    ) -> None:
+        from rlcycle import simulate as stage
+        from rlcycle.config import resolve, save_resolved
+
+        cfg = resolve(
+            stage.SimulateConfig, config, set_,
+            {"episodes": episodes, "seed": seed, "start": start, "temperature": temperature,
+             "max_turns": max_turns, "max_new_tokens": max_new_tokens, "sandboxes": sandboxes,
+             "tokenizer": tokenizer},
+            section="simulate",
+        )  # fmt: skip
+        result = stage.run(cfg, policy, tasks, out, quiet=quiet)
+        if out != "-":
+            # A dot file, so `rlcycle collect DIR` does not read it as an events log.
+            p = Path(out)
+            save_resolved(cfg, p.parent / f".{p.name}.config.json")
+        if as_json:
+            if out == "-":
+                console.info(json.dumps(result.as_dict(), sort_keys=True))
+            else:
+                console.print_json(result.as_dict())
+        if not quiet:
+            console.info(format_summary(result))
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def format_summary(r) -> str:
+    ends = ", ".join(f"{k} {v}" for k, v in r.end_reasons.items())
+    latency = "n/a" if math.isnan(r.mean_latency_ms) else f"{r.mean_latency_ms:,.1f} ms"
+    return "\n".join([
+        f"simulate: {r.episodes:,} episodes of {r.policy} in {r.seconds:.1f}s "
+        f"({r.episodes_per_min:,.1f}/min) -> {r.output}",
+        f"  pass rate          {_pct(r.pass_rate)}  ({r.passed} pass, {r.failed} fail, {r.errors} error)",
+        f"  invalid call rate  {_pct(r.invalid_call_rate)}  of {r.tool_calls:,} tool calls",
+        f"  clarification rate {_pct(r.clarification_rate)}",
+        f"  edit rate          {_pct(r.edit_rate)}",
+        f"  mean latency       {latency} per model call ({r.samples:,} calls, {r.tokens:,} tokens)",
+        f"  ended by           {ends}",
+        f"  events             {r.events:,} (run id {r.run_id})",
+    ])

@@ -1,0 +1,119 @@
+"""eval: a candidate checkpoint vs the production baseline on a task suite, in sandboxes.
+
+In:  a candidate (checkpoint dir, registry alias, URL or `scripted:*`), a baseline (the same;
+     default the registry's `production`), a task suite directory.
+Out: `eval_results.arrow` (one row per task × policy × attempt, the `eval_results` contract),
+     `verdict.json` beside it (metrics, paired comparison with CIs, every gate), and an
+     `EvalResult` whose `decision` is accept / refuse / no_verdict. The CLI exits 3 on refuse.
+
+    rlcycle eval --candidate runs/c1/checkpoint --baseline production \\
+                 --tasks sample_data/tasks -o runs/c1/eval/eval_results.arrow
+
+Both policies run every task `attempts` times through the shared harness (rlcycle.agent)
+over one sandbox pool; generation is batched across the live episodes of a policy. Hidden
+tests are graded after the agent finishes. An episode whose sandbox broke is retried on a
+fresh sandbox and, if it still breaks, recorded as `error`: excluded from every metric, never
+a `fail` (DESIGN.md: never score an infrastructure failure as a model failure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from rlcycle import io as rio
+from rlcycle.config import cfg
+from rlcycle.errors import InputError
+from rlcycle.evaluation.verdict import GateConfig, decide
+from rlcycle.schema import EVAL_RESULTS, conform
+
+
+@dataclass
+class EvalConfig(GateConfig):
+    attempts: int = cfg(2, help="Attempts per task and policy (k for pass@k is at most this).")
+    sandboxes: int = cfg(4, help="Sandboxes in the pool (tasks run concurrently over them).")
+    max_turns: int = cfg(8, help="Model calls per episode at most.")
+    max_new_tokens: int = cfg(256, help="Tokens per model call at most.")
+    temperature: float = cfg(1.0, help="Sampling temperature of both policies.")
+    retries: int = cfg(1, help="Retries of an episode whose sandbox broke before it counts as error.")
+    tokenizer: str | None = cfg(None, help="Tokenizer for scripted policies (default: sample_data/tokenizer).")
+
+    def validate(self) -> list[str]:
+        problems = super().validate()
+        for name in ("attempts", "sandboxes", "max_turns", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.k > self.attempts:
+            problems.append(f"k={self.k}: pass@k needs k <= attempts ({self.attempts})")
+        return problems
+
+
+@dataclass
+class EvalResult:
+    results_path: str
+    verdict_path: str
+    verdict: dict[str, Any]
+    seconds: float
+
+    @property
+    def decision(self) -> str:
+        return self.verdict["decision"]
+
+
+def _rows(episodes) -> pa.Table:
+    fields = [f.name for f in EVAL_RESULTS.schema]
+    rows = [{name: getattr(e, name) for name in fields} for e in episodes]
+    return conform(pa.Table.from_pylist(rows, schema=EVAL_RESULTS.schema), EVAL_RESULTS)
+
+
+def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path, out: str | Path) -> EvalResult:
+    from rlcycle.agent.runner import RunnerConfig, run_episodes
+    from rlcycle.resolve import resolve_policy
+    from rlcycle.sandbox import SandboxPool
+    from rlcycle.tasks.suite import load_suite
+
+    started = time.monotonic()
+    out = Path(out)
+    if out.suffix not in (".arrow", ".parquet"):
+        raise InputError(f"-o {out}: expected an .arrow or .parquet path for the eval results",
+                         hint="e.g. -o runs/c1/eval/eval_results.arrow")
+    tasks = load_suite(tasks_dir)
+    if not tasks:
+        raise InputError(f"{tasks_dir}: no tasks", hint="`rlcycle tasks ls DIR` lists a suite")
+    runner = RunnerConfig(max_turns=config.max_turns, max_new_tokens=config.max_new_tokens,
+                          temperature=config.temperature, retries=config.retries,
+                          concurrency=config.sandboxes)  # fmt: skip
+    cand = resolve_policy(candidate, tokenizer=config.tokenizer)
+    base = resolve_policy(baseline, tokenizer=config.tokenizer)
+    cand_name, base_name = f"candidate:{cand.name}", f"baseline:{base.name}"
+    episodes = []
+    with SandboxPool(size=config.sandboxes) as pool:
+        for resolved, name in ((cand, cand_name), (base, base_name)):
+            episodes += run_episodes(resolved.policy, name, tasks, pool, runner, attempts=config.attempts, seed=config.seed)
+    table = _rows(episodes)
+    verdict = decide_from_table(table, cand_name, base_name, config)
+    verdict.update({
+        "candidate_ref": candidate, "candidate_id": cand.checkpoint_id,
+        "baseline_ref": baseline, "baseline_id": base.checkpoint_id,
+        "tasks_dir": str(tasks_dir), "config": dataclasses.asdict(config),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    })  # fmt: skip
+    verdict_path = out.parent / "verdict.json"
+    rio.write_table(table, out)
+    rio.atomic_write_text(verdict_path, json.dumps(verdict, indent=2, default=str) + "\n")
+    return EvalResult(str(out), str(verdict_path), verdict, time.monotonic() - started)
+
+
+def decide_from_table(table: pa.Table, candidate: str, baseline: str, gates: GateConfig) -> dict[str, Any]:
+    import polars as pl
+
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return decide(df, candidate, baseline, gates)

@@ -1,0 +1,275 @@
+"""`rlcycle init-model`: a tiny Qwen2-style causal LM with random weights, in HF format.
+
+What goes in: a seed, a size (`tiny` or `small`) and a tokenizer directory (default: the
+repository's `sample_data/tokenizer`). What comes out: a directory that
+`AutoModelForCausalLM.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)` load as it
+is (config.json, generation_config.json, model.safetensors, tokenizer files) plus `rlcycle.json`
+(lineage: `id` = sha256 of model.safetensors, no parent).
+
+Deterministic: the same seed, size, tokenizer and torch version give byte-identical
+`model.safetensors` (weights are drawn on CPU in float32 from a private RNG seeded with the
+seed; the global RNG is left as it was).
+
+    rlcycle init-model -o runs/demo/policy --seed 0 --size tiny
+
+Warm start (`--warm-start SUITE`): a random policy never writes a well-formed tool call, so
+RL would start from zero reward. The reference solution of every task of the suite is rendered
+through the harness (`harness.demos.reference_transcript`: the same prompt, template and token
+ids the policy will see) and a short supervised pass trains on the assistant tokens only
+(`Transcript.mask`), sequences cut to the model's context. The result reports the loss and how
+many tasks' first greedy turn parses as a valid tool call. Deterministic for a seed on one
+machine and thread count (CPU training reductions depend on the thread count).
+
+    rlcycle init-model -o runs/demo/policy --warm-start sample_data/tasks --warm-start-steps 200
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rlcycle.config import cfg
+from rlcycle.errors import InputError
+
+DEFAULT_TOKENIZER = Path(__file__).resolve().parent.parent / "sample_data" / "tokenizer"
+
+# Qwen2 shapes. tiny ≈ 3.8M parameters with the 4,096-token vocabulary (tied embeddings).
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, intermediate_size=704),
+    "small": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                  num_key_value_heads=4, intermediate_size=1408),
+}
+
+
+@dataclass
+class InitModelConfig:
+    """Options of `rlcycle init-model`."""
+
+    seed: int = cfg(0, help="Seed of the random weights (same seed, same bytes).")
+    size: str = cfg("tiny", help=f"Model shape: {', '.join(SIZES)}.")
+    tokenizer: str = cfg(str(DEFAULT_TOKENIZER), help="Tokenizer directory (HF format).")
+    max_position_embeddings: int = cfg(4096, help="Context length of the model.")
+    warm_start: str | None = cfg(None, help="Task suite directory to warm-start on (None: random weights only).")
+    warm_start_steps: int = cfg(200, help="Supervised steps (one transcript each) of the warm start.")
+    warm_start_lr: float = cfg(2e-3, help="AdamW learning rate of the warm start.")
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.size not in SIZES:
+            problems.append(f"size={self.size!r}: use one of {', '.join(SIZES)}")
+        if self.seed < 0:
+            problems.append(f"seed={self.seed}: must be >= 0")
+        if self.max_position_embeddings < 16:
+            problems.append(f"max_position_embeddings={self.max_position_embeddings}: too small")
+        if self.warm_start is not None and not Path(self.warm_start).is_dir():
+            problems.append(f"warm_start={self.warm_start!r}: not a directory")
+        if self.warm_start_steps < 1 or not self.warm_start_lr > 0:
+            problems.append("warm_start_steps and warm_start_lr must be > 0")
+        return problems
+
+
+@dataclass
+class InitResult:
+    """What init-model wrote."""
+
+    path: str
+    checkpoint_id: str
+    n_params: int
+    size: str
+    seed: int
+    vocab_size: int
+    seconds: float
+    warm_start: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_model(config: InitModelConfig, tokenizer: Any) -> Any:
+    """The random-weight Qwen2ForCausalLM for `config` (CPU, float32)."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    vocab = tokenizer.get_added_vocab()
+    eos = vocab.get("<|im_end|>", tokenizer.eos_token_id)
+    bos = vocab.get("<|endoftext|>", tokenizer.bos_token_id)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else bos
+    mconf = Qwen2Config(
+        vocab_size=len(tokenizer), max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=True, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
+        **SIZES[config.size],
+    )
+    # A private RNG stream: the same seed always draws the same weights, and the caller's
+    # global torch RNG state is restored afterwards.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = Qwen2ForCausalLM(mconf).to(torch.float32).eval()
+    stops = [t for t in (eos, vocab.get("<|endoftext|>")) if t is not None]
+    model.generation_config = GenerationConfig(
+        bos_token_id=bos, eos_token_id=stops, pad_token_id=pad, do_sample=True, temperature=1.0
+    )
+    return model
+
+
+def init_model(out: str | Path, seed: int = 0, size: str = "tiny", *,
+               tokenizer: str | Path | None = None, force: bool = False) -> InitResult:
+    """Write a fresh random policy to `out` (see the module docstring)."""
+    config = InitModelConfig(seed=seed, size=size,
+                             tokenizer=str(tokenizer or DEFAULT_TOKENIZER))
+    return run(config, out, force=force)
+
+
+def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitResult:
+    """Build and save the model atomically: a temp directory renamed into place."""
+    problems = config.validate()
+    if problems:
+        raise InputError("; ".join(problems), hint="rlcycle init-model --help")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise InputError(f"{out} already exists and is not empty",
+                         hint="choose another -o directory, or pass --force to replace it")
+    start = time.perf_counter()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # results on stdout, no shard bars on stderr
+    tok = _load_tokenizer(config.tokenizer)
+    model = build_model(config, tok)
+    warm = None
+    if config.warm_start:
+        from rlcycle.tasks import load_suite
+
+        warm = warm_start(model, tok, load_suite(config.warm_start), config.warm_start_steps,
+                          config.warm_start_lr, config.seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        digest = _sha256(tmp / "model.safetensors")
+        lineage = {
+            "id": f"sha256:{digest}", "parent_id": None,
+            "data_hashes": {"warm_start_demos": warm["demos_sha256"]} if warm else {},
+            "config": {"init_model": asdict(config)}, "metrics": {"warm_start": warm} if warm else {},
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created_by": "rlcycle init-model",
+        }
+        (tmp / "rlcycle.json").write_text(json.dumps(lineage, indent=2) + "\n")
+        _public_modes(tmp)
+        _swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    n_params = sum(p.numel() for p in model.parameters())
+    return InitResult(str(out), f"sha256:{digest}", n_params, config.size, config.seed,
+                      len(tok), time.perf_counter() - start, warm)
+
+
+def warm_start(model: Any, tokenizer: Any, tasks: list[Any], steps: int, lr: float,
+               seed: int) -> dict[str, Any]:
+    """Supervised pass on the tasks' reference transcripts (assistant tokens only); in place.
+
+    Returns {tasks, steps, tokens_trained, first_loss, last_loss, valid_first_calls,
+    demos_sha256}: `valid_first_calls` counts tasks whose first greedy turn (64 tokens) parses
+    as a valid tool call after training.
+    """
+    import torch
+
+    from rlcycle.harness import ChatRenderer
+    from rlcycle.harness.demos import reference_transcript
+
+    if not tasks:
+        raise InputError("the warm-start suite has no tasks", hint="rlcycle tasks check SUITE")
+    renderer = ChatRenderer(tokenizer)
+    limit = int(model.config.max_position_embeddings)
+    demos = [(tr.ids[:limit], tr.mask[:limit]) for tr in
+             (reference_transcript(t, renderer) for t in tasks)]
+    demos = [d for d in demos if sum(d[1])]
+    digest = hashlib.sha256(json.dumps(demos).encode()).hexdigest()
+    losses, trained = [], 0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+        order: list[int] = []
+        model.train()
+        for _ in range(steps):
+            if not order:  # a fresh seeded permutation every pass over the demos
+                order = torch.randperm(len(demos)).tolist()
+            ids, mask = demos[order.pop()]
+            x = torch.tensor([ids])
+            labels = torch.where(torch.tensor([mask]) == 1, x, torch.full_like(x, -100))
+            loss = model(input_ids=x, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(loss.detach()))
+            trained += sum(mask)
+        model.eval()
+    return {"tasks": len(demos), "steps": steps, "tokens_trained": trained,
+            "first_loss": losses[0], "last_loss": losses[-1],
+            "valid_first_calls": _valid_first_calls(model, tokenizer, renderer, tasks),
+            "demos_sha256": digest}
+
+
+def _valid_first_calls(model: Any, tokenizer: Any, renderer: Any, tasks: list[Any]) -> int:
+    """How many tasks' first greedy completion (64 tokens) is all valid tool calls."""
+    from rlcycle.harness import initial_messages, parse_completion
+    from rlcycle.policy import SamplingParams
+    from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
+
+    policy = HFPolicy(model, tokenizer, HFPolicyConfig(device="cpu"))
+    prompts = [renderer.render(initial_messages(t.instruction), add_generation_prompt=True)
+               for t in tasks]
+    gens = policy.generate(prompts, SamplingParams(max_new_tokens=64, temperature=0,
+                                                   stop_token_ids=renderer.stop_token_ids))
+    return sum(parse_completion(renderer.completion_text(g.token_ids)).all_valid for g in gens)
+
+
+def _load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    if not Path(path).is_dir():
+        raise InputError(f"tokenizer directory {path} does not exist",
+                         hint="pass --tokenizer DIR (a directory with tokenizer.json)")
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot load the tokenizer in {path}: {e}",
+                         hint="pass --tokenizer DIR (a directory with tokenizer.json)") from None
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    """Rename tmp to out; an existing out (only with --force) is moved aside, then removed."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+    tmp.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+
+
+def _public_modes(root: Path) -> None:
+    """mkdtemp makes a 0700 directory; give it (and its files) the modes the umask allows."""
+    umask = os.umask(0)
+    os.umask(umask)
+    root.chmod(0o777 & ~umask)
+    for f in root.iterdir():
+        f.chmod(0o666 & ~umask)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,184 @@
+"""OpenAI-compatible HTTP backend: vLLM, SGLang or `rlcycle serve`, prompts as token ids.
+
+What goes in: a base URL (`http://host:port`, with or without `/v1`), prompts as token ids and
+`SamplingParams`. What comes out: the same `Generation`s as the in-process backend.
+
+Each prompt is one POST /v1/completions (sent concurrently, so the server batches them and
+every prompt keeps its own seed). The request body:
+
+    {"model": NAME, "prompt": [ids...], "max_tokens": n, "temperature": T, "top_p": p,
+     "seed": s (omitted when None), "n": 1, "stream": false, "echo": false,
+     "logprobs": 1, "return_tokens_as_token_ids": true, "return_token_ids": true,
+     "stop_token_ids": [...] (omitted when empty: the server's defaults apply),
+     "skip_special_tokens": false, "include_stop_str_in_output": true,
+     "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+
+The last three neutralise a vLLM server's defaults from the model's generation_config, which
+would otherwise change the sampling distribution silently.
+
+What is parsed from `choices[0]`: the ids from `token_ids` (vLLM >= 0.10 with
+`return_token_ids`, and `rlcycle serve`), else from `logprobs.tokens` entries "token_id:N"
+(vLLM's `return_tokens_as_token_ids`); the logprobs from `logprobs.token_logprobs`;
+`finish_reason` as is ("stop" or "length"). A response without ids is an error (we never
+re-tokenise text).
+
+Which logprobs a server returns: `rlcycle serve` returns those of the sampling distribution
+(after temperature and top-p, see hf.py). vLLM returns the *raw* model logprobs (T = 1, before
+top-p) unless started with `--logprobs-mode processed_logprobs` (vLLM >= 0.10.2): start it with
+that flag so behaviour logprobs mean the same thing as here. SGLang's completions endpoint takes
+token-id prompts too; check that your version returns token ids as above.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from rlcycle.config import cfg
+from rlcycle.errors import InputError, RlcycleError
+from rlcycle.policy.base import Generation, SamplingParams, check_prompts, per_prompt
+
+API_KEY_ENV = "RLCYCLE_POLICY_API_KEY"
+
+
+@dataclass
+class HTTPPolicyConfig:
+    """Options of the HTTP backend."""
+
+    model: str | None = cfg(None, help="Model name to request (default: the first of /v1/models).")
+    api_key: str | None = cfg(None, help=f"Bearer token (default: ${API_KEY_ENV}).")
+    timeout_s: float = cfg(600.0, help="Seconds one request may take.")
+    max_concurrency: int = cfg(16, help="Requests in flight at once.")
+    retries: int = cfg(2, help="Retries of a request after a connection error or a 5xx.")
+
+
+class HTTPPolicy:
+    """A policy behind an OpenAI-compatible server; implements `base.Policy`."""
+
+    def __init__(self, base_url: str, config: HTTPPolicyConfig | None = None):
+        self.config = config or HTTPPolicyConfig()
+        url = base_url.rstrip("/")
+        self.base_url = url[:-3] if url.endswith("/v1") else url
+        self.api_key = self.config.api_key or os.environ.get(API_KEY_ENV)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, self.config.max_concurrency),
+                                        thread_name_prefix="rlcycle-http")
+        self._model = self.config.model
+        self.name = self._model or self.base_url
+
+    @property
+    def model(self) -> str:
+        """The served model's name (asked once from /v1/models when not configured)."""
+        if self._model is None:
+            data = self._call("GET", "/v1/models", None).get("data") or []
+            if not data:
+                raise RlcycleError(f"{self.base_url}/v1/models lists no model",
+                                   hint="pass HTTPPolicyConfig(model=NAME)")
+            self._model = str(data[0]["id"])
+            self.name = self._model
+        return self._model
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def generate(self, prompts: list[list[int]],
+                 params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
+        """One request per prompt, concurrently; results in prompt order."""
+        check_prompts(prompts)
+        plist = per_prompt(params, len(prompts))
+        model = self.model
+        futures = [self._pool.submit(self._one, model, p, sp)
+                   for p, sp in zip(prompts, plist, strict=True)]
+        return [f.result() for f in futures]
+
+    def _one(self, model: str, prompt: list[int], sp: SamplingParams) -> Generation:
+        start = time.perf_counter()
+        resp = self._call("POST", "/v1/completions", request_body(model, prompt, sp))
+        gen = parse_choice(resp, self.base_url)
+        gen.latency_ms = (time.perf_counter() - start) * 1000.0
+        return gen
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        """One HTTP exchange with retries on connection errors and 5xx."""
+        url = self.base_url + path
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last: Exception | None = None
+        for attempt in range(self.config.retries + 1):
+            if attempt:
+                time.sleep(min(2.0, 0.2 * 2**attempt))
+            req = urllib.request.Request(url, data=data, headers=headers, method=method)
+            try:
+                with urllib.request.urlopen(req, timeout=self.config.timeout_s) as r:
+                    return json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                detail = _error_text(e)
+                if e.code < 500:
+                    raise InputError(f"{url} refused the request ({e.code}): {detail}",
+                                     hint="check the model name, the prompt ids and the "
+                                          "sampling parameters") from None
+                last = RlcycleError(f"{url} failed ({e.code}): {detail}")
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+                last = e
+        raise RlcycleError(
+            f"cannot get a completion from {url}: {last}",
+            hint="start a server (`rlcycle serve --policy DIR --port PORT`) or check the URL",
+        )
+
+
+def request_body(model: str, prompt: list[int], sp: SamplingParams) -> dict[str, Any]:
+    """The /v1/completions body for one prompt (see the module docstring)."""
+    body: dict[str, Any] = {
+        "model": model, "prompt": list(prompt), "max_tokens": sp.max_new_tokens,
+        "temperature": sp.temperature, "top_p": sp.top_p, "n": 1, "stream": False,
+        "echo": False, "logprobs": 1, "return_tokens_as_token_ids": True,
+        "return_token_ids": True, "skip_special_tokens": False,
+        "include_stop_str_in_output": True, "top_k": -1, "min_p": 0.0,
+        "repetition_penalty": 1.0,
+    }
+    if sp.seed is not None:
+        body["seed"] = sp.seed
+    if sp.stop_token_ids:
+        body["stop_token_ids"] = list(sp.stop_token_ids)
+    return body
+
+
+def parse_choice(resp: dict[str, Any], source: str = "server") -> Generation:
+    """The Generation in `choices[0]` of a completions response (raises when ids are missing)."""
+    try:
+        choice = resp["choices"][0]
+    except (KeyError, IndexError, TypeError):
+        raise RlcycleError(f"{source}: response has no choices: {str(resp)[:200]}") from None
+    lp = choice.get("logprobs") or {}
+    ids = choice.get("token_ids")
+    if ids is None:
+        tokens = lp.get("tokens")
+        if tokens is None or not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+            raise RlcycleError(
+                f"{source}: the response has neither `token_ids` nor 'token_id:N' logprob tokens",
+                hint="use vLLM (>= 0.10 for return_token_ids) or `rlcycle serve`; rlcycle never "
+                     "re-tokenises sampled text")
+        ids = [int(t.split(":", 1)[1]) for t in tokens]
+    logprobs = lp.get("token_logprobs")
+    if logprobs is None or len(logprobs) != len(ids) or any(x is None for x in logprobs):
+        raise RlcycleError(f"{source}: {len(ids)} token ids but logprobs are "
+                           f"{'missing' if logprobs is None else f'{len(logprobs)} values'}",
+                           hint="the server must honour `logprobs: 1`")
+    reason = choice.get("finish_reason") or "length"
+    return Generation([int(t) for t in ids], [float(x) for x in logprobs], str(reason), 0.0)
+
+
+def _error_text(e: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(e.read() or b"{}")
+        return str((body.get("error") or {}).get("message") or body)[:500]
+    except Exception:
+        return str(e.reason)[:500]

@@ -1,0 +1,239 @@
+"""simulate: a policy works on a task suite in sandboxes while a simulated user reacts; out come
+production events, the same schema as real logs, ready for `rlcycle collect`.
+
+In:  a policy (a checkpoint directory, a registry alias, an http(s) URL of an OpenAI-compatible
+     server, `scripted:reference` or `scripted:nothing`, or a Policy object), a task suite
+     directory (or loaded `Task`s), a number of episodes.
+Out: an events log (JSON lines, written atomically; `-` streams to stdout) and a
+     `SimulateResult` with the rates a deploy decision watches: pass rate, invalid tool call
+     rate, clarification rate, edit rate, mean latency.
+
+    rlcycle simulate --policy runs/demo/policy --tasks sample_data/tasks --episodes 40 \\
+        -o runs/demo/events/sim.jsonl
+    rlcycle collect runs/demo/events/sim.jsonl -o runs/demo/trajectories.arrow
+
+Episode i runs task i mod T (T tasks), attempt i div T, through the episode runner
+(`rlcycle.agent.runner`: the production harness, batched generation, sandboxes, hidden-test
+grading) with the simulated user of `rlcycle.agent.user`: clarifying questions are answered
+(or annoy the user when the task was clear), a follow-up message says whether the user is
+satisfied, thumbs ratings come now and then, and each edit's `edit_outcome` arrives hours after
+the session: all its lines survive when the hidden tests pass, none or a few otherwise.
+
+Determinism: the same config, policy and suite give the same ids, token ids (for a policy that
+is itself deterministic given its seed, like the in-process backend on one device), tool
+results and user reactions. Latencies are measured, and the simulated clock (`start`) advances
+by them, so `latency_ms`, `duration_ms` and `ts` differ from run to run (docs/simulate.md).
+Sessions whose sandbox broke beyond `retries` are counted as errors and write no events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from rlcycle import io as rio
+from rlcycle.agent.runner import (
+    EpisodeResult,
+    RunnerConfig,
+    run_episodes,
+    run_id_for,
+    summarize,
+)
+from rlcycle.agent.user import UserConfig
+from rlcycle.config import cfg
+from rlcycle.console import Progress
+from rlcycle.errors import InputError
+
+
+@dataclass
+class SimulateConfig(RunnerConfig, UserConfig):
+    """Options of `rlcycle simulate`: the runner's and the simulated user's, plus these."""
+
+    episodes: int | None = cfg(None, help="Sessions to run, cycling over the tasks (default: "
+                                          "one per task).")
+    seed: int = cfg(0, help="Seed of sampling and of the simulated user.")
+    sandboxes: int = cfg(4, help="Sandboxes in the pool (sessions run concurrently over them).")
+    tokenizer: str | None = cfg(None, help="Tokenizer directory for rendering prompts: needed for "
+                                           "an http policy; scripted policies default to "
+                                           "sample_data/tokenizer; a checkpoint uses its own.")
+
+    def validate(self) -> list[str]:
+        problems = RunnerConfig.validate(self) + UserConfig.validate(self)
+        if self.episodes is not None and self.episodes < 1:
+            problems.append(f"episodes={self.episodes}: must be >= 1")
+        if self.sandboxes < 1:
+            problems.append(f"sandboxes={self.sandboxes}: must be >= 1")
+        return problems
+
+    def runner(self) -> RunnerConfig:
+        """The episode runner's part of this config."""
+        return _part(RunnerConfig, self)
+
+    def user(self) -> UserConfig:
+        """The simulated user's part of this config."""
+        return _part(UserConfig, self)
+
+
+@dataclass
+class SimulateResult:
+    """What a simulate run did: counts, rates, where the events went, how fast."""
+
+    output: str
+    policy: str
+    run_id: str
+    episodes: int
+    passed: int
+    failed: int
+    errors: int
+    pass_rate: float
+    invalid_call_rate: float
+    clarification_rate: float
+    edit_rate: float
+    samples: int
+    tool_calls: int
+    tokens: int
+    mean_latency_ms: float
+    events: int
+    seconds: float
+    end_reasons: dict[str, int]
+
+    @property
+    def episodes_per_min(self) -> float:
+        return 60.0 * self.episodes / self.seconds if self.seconds > 0 else math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (NaN rates, e.g. no tool calls at all, become null)."""
+        d = dataclasses.asdict(self)
+        d["episodes_per_min"] = self.episodes_per_min
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+
+
+def run(config: SimulateConfig, policy: Any, tasks: Any, out: str | Path,
+        quiet: bool = False) -> SimulateResult:  # fmt: skip
+    """Simulate `config.episodes` sessions of `policy` on `tasks`, writing events to `out`.
+
+    `policy`: a Policy object or a reference string (see the module docstring); `tasks`: a
+    suite directory or a list of Tasks; `out`: a .jsonl path or `-` (stdout)."""
+    from rlcycle.sandbox import SandboxPool
+
+    problems = config.validate()
+    if problems:
+        raise InputError(f"{len(problems)} problem(s) in the SimulateConfig:\n  " + "\n  ".join(problems),
+                         hint="fix the values above (defaults < --config < --set < flags)")
+    started = time.monotonic()
+    task_list = _load_tasks(tasks)
+    policy_obj, name = _load_policy(policy, config.tokenizer)
+    renderer = _renderer(policy_obj, config.tokenizer)
+    progress = Progress("simulate", quiet=quiet)
+    runner = config.runner()
+    n = config.episodes or len(task_list)
+    try:
+        with _event_sink(out) as sink, SandboxPool(size=min(config.sandboxes, n)) as pool:
+            writer = _OrderedWriter(sink)
+
+            def done(r: EpisodeResult) -> None:
+                writer.add(r)
+                progress.update(episodes=f"{writer.done}/{n}", passed=writer.passed, events=writer.events)
+
+            results = run_episodes(
+                policy_obj, name, task_list, pool, runner, seed=config.seed, simulate_user=True,
+                n_episodes=n, renderer=renderer, user_config=config.user(), on_result=done,
+            )  # fmt: skip
+    finally:
+        if policy_obj is not policy:  # we loaded it: free its memory and threads
+            policy_obj.close()
+    stats = summarize(results)
+    return SimulateResult(
+        output=str(out), policy=name,
+        run_id=runner.run_id or run_id_for(name, config.seed, runner, task_list, True, config.user()),
+        events=writer.events, seconds=time.monotonic() - started,
+        **{k: stats[k] for k in _STAT_KEYS},
+    )  # fmt: skip
+
+
+_STAT_KEYS = ("episodes", "passed", "failed", "errors", "pass_rate", "invalid_call_rate",
+              "clarification_rate", "edit_rate", "samples", "tool_calls", "tokens",
+              "mean_latency_ms", "end_reasons")  # fmt: skip
+
+
+class _OrderedWriter:
+    """Writes each session's events in job order as sessions finish (out of order), keeping
+    only the sessions that wait for an earlier one in memory; drops events once written."""
+
+    def __init__(self, sink: IO[str]):
+        self.sink = sink
+        self.pending: dict[int, EpisodeResult] = {}
+        self.next = 0
+        self.done = self.passed = self.events = 0
+
+    def add(self, r: EpisodeResult) -> None:
+        self.done += 1
+        self.passed += r.status == "pass"
+        self.pending[r.index] = r
+        while self.next in self.pending:
+            ready = self.pending.pop(self.next)
+            for ev in ready.events:
+                self.sink.write(json.dumps(ev, ensure_ascii=False, separators=(",", ":")) + "\n")
+            self.events += len(ready.events)
+            ready.events = []  # written: free the token lists
+            self.next += 1
+
+
+@contextmanager
+def _event_sink(out: str | Path) -> Iterator[IO[str]]:
+    """A text stream for the events: stdout for `-`, else a temp file renamed at the end."""
+    if str(out) == rio.STDIO:
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise InputError(f"-o {out} is a directory", hint="give a file path, e.g. -o runs/sim/events.jsonl")
+    with rio.atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            yield f
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # a log like any other file, not mkstemp's 0600
+
+
+def _load_tasks(tasks: Any) -> list:
+    from rlcycle.tasks.suite import load_suite
+
+    task_list = load_suite(tasks) if isinstance(tasks, (str, Path)) else list(tasks)
+    if not task_list:
+        raise InputError(f"no tasks in {tasks}", hint="`rlcycle tasks ls DIR` lists a suite")
+    return task_list
+
+
+def _load_policy(policy: Any, tokenizer: str | None) -> tuple[Any, str]:
+    if not isinstance(policy, (str, Path)):
+        return policy, str(getattr(policy, "name", type(policy).__name__))
+    from rlcycle.resolve import resolve_policy
+
+    resolved = resolve_policy(str(policy), tokenizer=tokenizer)
+    return resolved.policy, resolved.name
+
+
+def _renderer(policy: Any, tokenizer: str | None) -> Any:
+    from rlcycle.harness import ChatRenderer
+
+    if tokenizer is not None:
+        return ChatRenderer.from_pretrained(tokenizer)
+    if getattr(policy, "tokenizer", None) is None:
+        raise InputError(f"policy {getattr(policy, 'name', policy)!r} comes without a tokenizer",
+                         hint="pass --tokenizer DIR: the tokenizer of the served model")
+    return ChatRenderer(policy.tokenizer)
+
+
+def _part(cls: type, obj: Any) -> Any:
+    return cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)})

@@ -1,0 +1,188 @@
+"""Checkpoints in and out: the base's identity and lineage, and the atomic HF + rlcycle.json save.
+
+A checkpoint directory is what `transformers.AutoModelForCausalLM.from_pretrained` loads as it
+is (config.json, model*.safetensors, generation_config.json) plus its tokenizer files, copied
+byte for byte from the base, and `rlcycle.json`:
+
+    id        content hash of the weights: "sha256:" + sha256 over the *.safetensors files,
+              in name order (for one model.safetensors: its sha256, as init-model writes)
+    parent    the base's id: its rlcycle.json id, else the registry's hash of its files
+    lineage   the ids from the first ancestor to this one (the policy-version order staleness uses)
+    data      [{path, sha256}] of the examples files
+    config    the resolved TrainConfig
+    metrics   the run's summary
+    created   RFC 3339 UTC
+
+The directory appears whole or not at all: it is written under a temp name beside OUT and
+renamed; rlcycle.json is its last file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rlcycle.errors import InputError
+
+RLCYCLE_JSON = "rlcycle.json"
+FORMAT = "rlcycle.checkpoint/1"
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
+)  # fmt: skip
+
+
+@dataclass
+class BaseInfo:
+    """What train needs to know about the base checkpoint."""
+
+    path: Path
+    id: str
+    lineage: list[str]
+    dtype: str | None  # the config's dtype, e.g. "bfloat16"
+    tokenizer_files: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # its rlcycle.json, if any
+
+
+def weight_files(path: Path) -> list[Path]:
+    files = sorted(path.glob("*.safetensors"))
+    return files or sorted(path.glob("pytorch_model*.bin"))
+
+
+def content_id(path: str | Path) -> str:
+    """`sha256:` + the sha256 of the weight files' bytes, concatenated in name order.
+
+    For the usual single model.safetensors this is the file's sha256, the id init-model writes.
+    """
+    h = hashlib.sha256()
+    for f in weight_files(Path(path)):
+        with open(f, "rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def checkpoint_id(path: str | Path) -> str:
+    """The id a checkpoint is known by (and served and logged as `policy_version` under):
+    its rlcycle.json `id`, else the registry's hash of its files (rlcycle.registry)."""
+    from rlcycle.registry import checkpoint_id as registry_id
+
+    return registry_id(path)
+
+
+def read_base(base: str | Path) -> BaseInfo:
+    p = Path(base)
+    if not p.is_dir():
+        raise InputError(
+            f"--base {base}: not a checkpoint directory",
+            hint="pass a directory holding config.json and *.safetensors (e.g. the output of a previous train)",
+        )
+    problems = []
+    if not (p / "config.json").is_file():
+        problems.append(f"{p}: no config.json")
+    if not weight_files(p):
+        problems.append(f"{p}: no *.safetensors (or pytorch_model*.bin) weights")
+    tok = [name for name in TOKENIZER_FILES if (p / name).is_file()]
+    if not tok:
+        problems.append(f"{p}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])})")
+    if problems:
+        raise InputError(
+            f"--base {base} is not a usable checkpoint:\n  " + "\n  ".join(problems),
+            hint="a base needs config.json, weights and its tokenizer (save_pretrained both)",
+        )
+    meta: dict[str, Any] = {}
+    if (p / RLCYCLE_JSON).is_file():
+        try:
+            meta = json.loads((p / RLCYCLE_JSON).read_text())
+        except json.JSONDecodeError as e:
+            raise InputError(f"{p / RLCYCLE_JSON}: not JSON ({e})") from None
+    base_id = checkpoint_id(p)
+    lineage = [str(v) for v in meta.get("lineage") or []] or [base_id]
+    if lineage[-1] != base_id:
+        lineage.append(base_id)
+    config = json.loads((p / "config.json").read_text())
+    dtype = config.get("dtype") or config.get("torch_dtype")
+    return BaseInfo(p, base_id, lineage, dtype if isinstance(dtype, str) else None, tok, meta)
+
+
+def check_output(out: str | Path, overwrite: bool) -> Path:
+    """Refuse an existing, non-empty OUT before any training happens (unless overwrite)."""
+    p = Path(out)
+    if p.exists() and (not p.is_dir() or any(p.iterdir())) and not overwrite:
+        raise InputError(
+            f"-o {out}: already exists",
+            hint="choose a new directory, or pass --overwrite to replace it",
+        )
+    return p
+
+
+def save_dtype(config_value: str, base: BaseInfo):
+    import torch
+
+    name = {"fp32": "float32", "bf16": "bfloat16"}.get(config_value, base.dtype or "float32")
+    dtype = getattr(torch, name, None)
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
+
+
+def write_checkpoint(model, state_dict: dict, base: BaseInfo, out: Path, meta: dict[str, Any],
+                     dtype, extra_files: dict[str, Path] | None = None) -> str:  # fmt: skip
+    """Save `state_dict` with `model`'s config into `out` atomically; return the content id.
+
+    Main process only. `extra_files` (name -> path) are moved into the directory first (e.g.
+    train_metrics.arrow); rlcycle.json is written last.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        sd = {k: v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu()
+              for k, v in state_dict.items()}  # fmt: skip
+        model.save_pretrained(tmp, state_dict=sd, safe_serialization=True)
+        _set_config_dtype(tmp / "config.json", dtype)  # save_pretrained writes the live model's
+        for name in base.tokenizer_files:
+            shutil.copy2(base.path / name, tmp / name)
+        for name, src in (extra_files or {}).items():
+            shutil.move(str(src), tmp / name)
+        for f in tmp.iterdir():  # temp-file helpers create 0600 files; a checkpoint is shared
+            f.chmod(0o644)
+        tmp.chmod(0o755)
+        ckpt_id = content_id(tmp)
+        lineage = list(base.lineage) + ([ckpt_id] if ckpt_id != base.lineage[-1] else [])
+        doc = {"format": FORMAT, "id": ckpt_id, "parent": base.id, "lineage": lineage, **meta,
+               "created": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")}  # fmt: skip
+        (tmp / RLCYCLE_JSON).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ckpt_id
+
+
+def _set_config_dtype(path: Path, dtype) -> None:
+    """Record the saved weights' dtype in config.json (what from_pretrained loads by default)."""
+    config = json.loads(path.read_text())
+    name = str(dtype).removeprefix("torch.")
+    for key in ("dtype", "torch_dtype"):
+        if key in config or key == "dtype":
+            config[key] = name
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Rename tmp onto out; an existing out is moved aside first and removed after."""
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        else:
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+            return
+    os.replace(tmp, out)

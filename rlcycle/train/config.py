@@ -1,0 +1,149 @@
+"""TrainConfig: every knob of `rlcycle train`, with help text and a default.
+
+Precedence (rlcycle.config.resolve): defaults < `--config` TOML (`[train]` table or top level)
+< `--set key=value` < explicit flags. `validate()` reports every problem at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rlcycle.config import cfg
+
+OBJECTIVES = ("ppo", "grpo", "dr_grpo", "cispo")
+NORMALIZATIONS = ("token", "sequence", "constant")
+# The normalisation each objective uses unless `normalization` overrides it (see loss.py).
+DEFAULT_NORMALIZATION = {"ppo": "token", "grpo": "sequence", "dr_grpo": "constant", "cispo": "token"}
+IS_MODES = ("none", "truncate", "mask")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+BATCHING = ("packed", "bucketed", "padded")
+
+
+@dataclass
+class TrainConfig:
+    # --- objective (loss.py has the math) ---------------------------------------------------
+    objective: str = cfg("ppo", help="Loss variant: ppo, grpo, dr_grpo or cispo (see docs/train.md).")
+    normalization: str | None = cfg(
+        None,
+        help="Override the objective's loss normalisation: token (sum / loss tokens in the global "
+        "batch), sequence (per-sequence mean, then / sequences), constant (sum / (sequences x "
+        "max_completion_tokens), Dr. GRPO).",
+    )
+    clip_low: float = cfg(0.2, help="PPO clip: ratios below 1 - clip_low stop pushing down (A < 0).")
+    clip_high: float = cfg(0.2, help="PPO clip: ratios above 1 + clip_high stop pushing up (A > 0); 0.28 = DAPO clip-higher.")
+    is_mode: str = cfg(
+        "truncate",
+        help="Off-policy importance-sampling safeguard on the ratio to the behaviour policy: "
+        "none, truncate (cap the weight at is_cap, keep the gradient) or mask (drop tokens "
+        "whose ratio is above is_cap or below is_floor).",
+    )
+    is_cap: float = cfg(2.0, help="Upper cap C of the importance ratio (truncate/mask; CISPO's 1 + eps_high).")
+    is_floor: float = cfg(0.0, help="mask mode only: tokens with a ratio below this are masked too (0 = no floor).")
+    max_completion_tokens: int = cfg(
+        0, help="Dr. GRPO constant: the per-sequence token budget in the divisor (0 = the longest completion in the data)."
+    )
+    kl_coef: float = cfg(0.0, help="Weight of the KL penalty to the base policy (0 = off; needs a second model copy).")
+    kl_estimator: str = cfg("k3", help="KL estimator on sampled tokens: k1, k2 or k3.")
+    use_sample_temperature: bool = cfg(
+        False,
+        help="Divide logits by each row's `temperature` column before log-softmax (set when the "
+        "sampler logged tempered logprobs; vLLM's default logs raw ones).",
+    )
+    # --- data and staleness -----------------------------------------------------------------
+    policy_versions: list[str] = cfg(
+        [], help="Known policy versions, oldest first; empty: the base checkpoint's rlcycle.json lineage."
+    )
+    max_policy_lag: int | None = cfg(
+        1, help="Drop rows from versions more than this many versions behind the newest (none or -1 = no check)."
+    )
+    max_seq_len: int = cfg(8192, help="Rows longer than this (prompt + completion) are dropped and counted.")
+    # --- batching ---------------------------------------------------------------------------
+    batch_size: int = cfg(64, help="Rows per optimizer step across all processes (the global batch).")
+    epochs: int = cfg(1, help="Passes over the examples.")
+    max_steps: int | None = cfg(None, help="Stop after this many optimizer steps (none = epochs decide).")
+    drop_last: bool = cfg(False, help="Drop the last, partial global batch of each epoch.")
+    shuffle: bool = cfg(True, help="Shuffle rows each epoch (order from the seed, same for any process count).")
+    batching: str = cfg(
+        "packed",
+        help="packed (sequences concatenated, no padding), bucketed (sorted by length, padded) or "
+        "padded (schedule order, micro_batch_size rows; the naive baseline).",
+    )
+    micro_batch_tokens: int = cfg(8192, help="Token budget of one forward pass per process (packed/bucketed; padding counts).")
+    micro_batch_size: int = cfg(8, help="Rows per forward pass (padded batching only).")
+    # --- optimisation -----------------------------------------------------------------------
+    optimizer: str = cfg("adamw", help="adamw or sgd.")
+    lr: float = cfg(1e-6, help="Peak learning rate.")
+    lr_schedule: str = cfg("constant", help="constant, linear (decay to 0) or cosine (to 0), after warmup.")
+    warmup_steps: int = cfg(0, help="Linear warmup steps.")
+    weight_decay: float = cfg(0.0, help="AdamW decoupled weight decay.")
+    adam_beta1: float = cfg(0.9, help="AdamW beta1.")
+    adam_beta2: float = cfg(0.999, help="AdamW beta2.")
+    adam_eps: float = cfg(1e-8, help="AdamW epsilon.")
+    max_grad_norm: float = cfg(1.0, help="Clip the global gradient norm to this (0 = measure only).")
+    max_skipped_steps: int = cfg(3, help="Abort when more steps than this had a non-finite loss or gradient.")
+    # --- precision and memory ---------------------------------------------------------------
+    precision: str = cfg("auto", help="auto (bf16 autocast where the GPU supports it, else fp32), fp32 or bf16.")
+    gradient_checkpointing: bool = cfg(False, help="Recompute activations in backward (less memory, ~30% slower).")
+    attn_implementation: str = cfg("sdpa", help="transformers attention: sdpa, eager or flash_attention_2.")
+    save_dtype: str = cfg("base", help="dtype of the saved weights: base (as the base checkpoint), fp32 or bf16.")
+    cpu: bool = cfg(False, help="Train on CPU even when a GPU is visible.")
+    # --- reproducibility and resume ---------------------------------------------------------
+    seed: int = cfg(0, help="Seed of the data order and every RNG.")
+    save_every: int = cfg(50, help="Save resumable state every this many steps (0 = never).")
+    state_dir: str | None = cfg(None, help="Where resumable state lives (default: OUT.state beside the checkpoint).")
+    resume: bool = cfg(True, help="Resume from state_dir when it holds a run with the same config, data and base.")
+    keep_state: bool = cfg(False, help="Keep state_dir after a successful run.")
+    stop_after: int | None = cfg(
+        None, help="Stop after this many steps as if killed, without a checkpoint (resume drills, tests)."
+    )
+
+    @property
+    def norm(self) -> str:
+        """The loss normalisation in force: the override, else the objective's own."""
+        return self.normalization or DEFAULT_NORMALIZATION.get(self.objective, "token")
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        _choice(p, "objective", self.objective, OBJECTIVES)
+        if self.normalization is not None:
+            _choice(p, "normalization", self.normalization, NORMALIZATIONS)
+        _choice(p, "is_mode", self.is_mode, IS_MODES)
+        _choice(p, "kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        _choice(p, "batching", self.batching, BATCHING)
+        _choice(p, "optimizer", self.optimizer, ("adamw", "sgd"))
+        _choice(p, "lr_schedule", self.lr_schedule, ("constant", "linear", "cosine"))
+        _choice(p, "precision", self.precision, ("auto", "fp32", "bf16"))
+        _choice(p, "save_dtype", self.save_dtype, ("base", "fp32", "bf16"))
+        if not 0 <= self.clip_low < 1:
+            p.append(f"clip_low={self.clip_low}: must be in [0, 1)")
+        if self.clip_high < 0:
+            p.append(f"clip_high={self.clip_high}: must be >= 0")
+        # A truncation cap inside the clip range would cut the PPO trust region itself.
+        floor = 1.0 if self.objective == "cispo" else 1.0 + self.clip_high
+        if self.is_mode != "none" and self.is_cap < floor:
+            p.append(f"is_cap={self.is_cap}: must be >= {floor:g} (1 + clip_high; 1 for cispo)")
+        if not 0 <= self.is_floor < 1:
+            p.append(f"is_floor={self.is_floor}: must be in [0, 1)")
+        for name in ("batch_size", "epochs", "micro_batch_tokens", "micro_batch_size", "max_seq_len"):
+            if getattr(self, name) < 1:
+                p.append(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.max_seq_len > self.micro_batch_tokens and self.batching != "padded":
+            p.append(
+                f"max_seq_len={self.max_seq_len} > micro_batch_tokens={self.micro_batch_tokens}: "
+                "a row must fit one forward pass"
+            )
+        for name in ("max_steps", "stop_after"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                p.append(f"{name}={getattr(self, name)}: must be >= 1 (or none)")
+        for name in ("lr", "kl_coef", "max_grad_norm", "weight_decay", "warmup_steps",
+                     "max_completion_tokens", "save_every", "max_skipped_steps"):  # fmt: skip
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                p.append(f"{name}={value}: must be a finite number >= 0")
+        return p
+
+
+def _choice(problems: list[str], name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        problems.append(f"{name}={value!r}: must be one of {', '.join(allowed)}")

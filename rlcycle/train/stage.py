@@ -1,0 +1,268 @@
+"""train: examples + a base checkpoint in, an updated HF checkpoint out.
+
+In:  `examples.arrow` (distill's output; one or more Arrow/Parquet files) and a base checkpoint
+     directory (HF format, with its tokenizer; `rlcycle.json` if rlcycle wrote it).
+Out: OUT/ — loadable by `AutoModelForCausalLM.from_pretrained(OUT)` as it is, with the base's
+     tokenizer, `rlcycle.json` (id, parent, lineage, data hashes, config, metrics) and
+     `train_metrics.arrow` (one row per optimizer step); and a `TrainResult`.
+
+    rlcycle train runs/demo/examples.arrow --base checkpoints/base -o runs/demo/checkpoint
+
+Flow, top to bottom: set up Accelerate and check the process count -> read the base -> read
+and filter the examples (data.py: every dropped row counted by reason) -> the step schedule ->
+model, optimizer, LR schedule through `accelerator.prepare` -> resume from OUT.state if it
+holds this run -> one optimizer step per global batch (loop.py; the loss is loss.py) ->
+save the checkpoint atomically (checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from rlcycle import console
+from rlcycle import io as rio
+from rlcycle.errors import InputError, RlcycleError
+from rlcycle.train import checkpoint as C
+from rlcycle.train import data as D
+from rlcycle.train import loop
+from rlcycle.train.config import TrainConfig
+
+METRICS_FILE = "train_metrics.arrow"
+# KL(μ‖π) per token at step 1 above which the sampler and this base evidently differ.
+MISMATCH_WARN = 0.5
+# Config fields that do not change the result: a run may resume with them changed.
+_NOT_FINGERPRINTED = {"stop_after", "save_every", "keep_state", "resume", "state_dir", "max_skipped_steps"}
+
+_F = pa.float64()
+TRAIN_METRICS_SCHEMA = pa.schema(
+    [("step", pa.int32()), ("epoch", pa.int32()), ("lr", _F), ("loss", _F), ("pg_loss", _F),
+     ("kl_loss", _F), ("rows", pa.int32()), ("loss_tokens", pa.int64()), ("tokens", pa.int64()),
+     ("padding_fraction", _F), ("micro_batches", pa.int32()), ("world_size", pa.int32()),
+     ("ratio_mean", _F), ("ratio_min", _F), ("ratio_max", _F), ("log_ratio_mean", _F),
+     ("mismatch_kl", _F), ("ess", _F), ("clip_frac", _F), ("clip_frac_low", _F),
+     ("clip_frac_high", _F), ("is_frac", _F), ("kl_ref", _F), ("grad_norm", _F),
+     ("skipped", pa.bool_()), ("tokens_per_s", _F), ("step_seconds", _F)],
+    metadata={b"rlcycle.schema": b"train_metrics", b"rlcycle.schema_version": b"1"},
+)  # fmt: skip
+
+
+@dataclass
+class TrainResult:
+    output: str | None  # None when the run stopped early (stop_after)
+    metrics_path: str | None
+    checkpoint_id: str | None
+    parent_id: str
+    steps: int = 0
+    steps_total: int = 0
+    skipped_steps: list[int] = field(default_factory=list)
+    rows_in: int = 0
+    rows_used: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    excluded_reasons: dict[str, int] = field(default_factory=dict)
+    version_counts: dict[str, int] = field(default_factory=dict)
+    world_size: int = 1
+    resumed_from: int | None = None
+    stopped: bool = False
+    seconds: float = 0.0
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: str | Path, *,
+        metrics_path: str | None = None, overwrite: bool = False, quiet: bool = False) -> TrainResult:  # fmt: skip
+    """Train `base` on `examples` into `out`; see the module docstring."""
+    from accelerate.utils import set_seed
+
+    started = time.monotonic()
+    paths = [examples] if isinstance(examples, (str, Path)) else list(examples)
+    paths, out = [str(p) for p in paths], Path(out)
+    acc = loop.make_accelerator(config)
+    say = console.info if acc.is_main_process and not quiet else (lambda _m: None)
+    set_seed(config.seed)
+    C.check_output(out, overwrite)
+    base_info = C.read_base(base)
+    model = loop.load_model(base_info.path, config)
+    vocab = model.get_input_embeddings().num_embeddings
+    versions = list(config.policy_versions) or base_info.lineage
+    ex = D.load_examples(paths, config, versions, vocab)
+    _check_rows(ex, config, versions, paths)
+    schedule = D.Schedule(len(ex), config)
+    say(_start_line(ex, schedule, config, acc))
+    optimizer, scheduler = loop.build_optimizer(model, config, schedule.n_steps)
+    model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
+    ref = None
+    if config.kl_coef > 0:
+        ref = acc.prepare_model(loop.load_model(base_info.path, config, trainable=False), evaluation_mode=True)
+    if config.batching == "packed":
+        loop.check_packing(model, acc.device, vocab, 5e-2 if acc.mixed_precision == "bf16" else 1e-3)
+    data_hashes = [{"path": p, "sha256": D.file_sha256(p)} for p in paths]
+    state_dir = Path(config.state_dir) if config.state_dir else out.parent / f"{out.name}.state"
+    fp = _fingerprint(config, data_hashes, base_info.id, acc.num_processes)
+    start, rows, skipped = _resume(acc, config, state_dir, fp)
+    trainer = loop.Trainer(acc, model, ref, optimizer, scheduler, ex, schedule, config)
+    trainer.skipped = skipped
+    result = TrainResult(None, None, None, base_info.id, steps_total=schedule.n_steps, rows_in=ex.rows_in,
+                         rows_used=len(ex), dropped=dict(ex.dropped), excluded_reasons=dict(ex.excluded_reasons),
+                         version_counts=dict(ex.version_counts), world_size=acc.num_processes,
+                         resumed_from=start or None)  # fmt: skip
+    if start:
+        say(f"train: resuming from step {start} ({state_dir})")
+    result.stopped = _train(trainer, acc, config, schedule, start, rows, state_dir, fp, quiet)
+    result.steps, result.skipped_steps = len(rows), list(trainer.skipped)
+    result.summary = summarize_run(rows, ex)
+    if not result.stopped:
+        meta = {"stage": "train", "base": str(base_info.path), "data": data_hashes,
+                "config": dataclasses.asdict(config), "metrics": result.summary}  # fmt: skip
+        _save(acc, model, base_info, out, meta, rows, config, result, metrics_path)
+        if acc.is_main_process and not config.keep_state:
+            shutil.rmtree(state_dir, ignore_errors=True)
+    acc.wait_for_everyone()
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _train(trainer: loop.Trainer, acc, config: TrainConfig, schedule: D.Schedule, start: int,
+           rows: list[dict], state_dir: Path, fp: str, quiet: bool) -> bool:  # fmt: skip
+    """Steps start..n; appends metrics rows; True when stopped early by stop_after."""
+    progress = console.Progress("train", quiet=quiet or not acc.is_main_process)
+    for k in range(start, schedule.n_steps):
+        row = trainer.step(k)
+        rows.append(row)
+        if k == 0 and acc.is_main_process and not quiet and (row.get("mismatch_kl") or 0) > MISMATCH_WARN:
+            console.warn(
+                f"step 1: the behaviour logprobs are far from this base (mismatch KL "
+                f"{row['mismatch_kl']:.3g}, ESS {_g(row.get('ess'))}): were the examples sampled "
+                "from another checkpoint, with tempered logprobs (use_sample_temperature), or "
+                "another tokenizer/template?"
+            )
+        progress.update(step=f"{k + 1}/{schedule.n_steps}", loss=_g(row["loss"]), ratio=_g(row.get("ratio_mean")),
+                        clip=_g(row.get("clip_frac")), tok_s=_g(row["tokens_per_s"]))  # fmt: skip
+        if len(trainer.skipped) > config.max_skipped_steps:
+            raise RlcycleError(
+                f"training aborted: {len(trainer.skipped)} steps had a non-finite loss or gradient "
+                f"(steps {', '.join(map(str, trainer.skipped[:10]))}; max_skipped_steps={config.max_skipped_steps})",
+                hint="lower lr, look for extreme advantages or weights in the examples, or raise "
+                f"--set max_skipped_steps; the last saved state is in {state_dir}",
+            )
+        done = k + 1
+        if config.save_every and done % config.save_every == 0 and done < schedule.n_steps:
+            payload = {"step": done, "fingerprint": fp, "skipped": trainer.skipped, "metrics": rows}
+            loop.save_state(acc, state_dir, done, payload)
+        if config.stop_after is not None and done >= config.stop_after and done < schedule.n_steps:
+            return True
+    return False
+
+
+def _resume(acc, config: TrainConfig, state_dir: Path, fp: str) -> tuple[int, list[dict], list[int]]:
+    """(first step, metrics rows so far, skipped steps) from the newest saved state, if any."""
+    if not config.resume:
+        if acc.is_main_process:
+            shutil.rmtree(state_dir, ignore_errors=True)
+        acc.wait_for_everyone()
+        return 0, [], []
+    latest = loop.latest_state(state_dir) if state_dir.is_dir() else None
+    if latest is None:
+        return 0, [], []
+    payload = json.loads((latest / loop.STATE_FILE).read_text())
+    if payload.get("fingerprint") != fp:
+        raise InputError(
+            f"{state_dir} holds the state of another run (its config, data, base or process count differ)",
+            hint=f"remove {state_dir}, or pass --no-resume to start over",
+        )
+    acc.load_state(str(latest))
+    return int(payload["step"]), list(payload["metrics"]), list(payload["skipped"])
+
+
+def _save(acc, model, base_info: C.BaseInfo, out: Path, meta: dict, rows: list[dict], config: TrainConfig,
+          result: TrainResult, metrics_path: str | None) -> None:  # fmt: skip
+    """All processes gather the weights (FSDP); the main process writes the checkpoint."""
+    acc.wait_for_everyone()
+    state_dict = acc.get_state_dict(model)
+    if not acc.is_main_process:
+        return
+    unwrapped = acc.unwrap_model(model)
+    if config.gradient_checkpointing:
+        disable = getattr(unwrapped, "activation_checkpointing_disable", None) or unwrapped.gradient_checkpointing_disable
+        disable()
+    table = metrics_table(rows)
+    extra = {}
+    if metrics_path:
+        rio.write_table(table, metrics_path)
+        result.metrics_path = metrics_path
+    else:
+        tmp = out.parent / f".{out.name}.{METRICS_FILE}"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        rio.write_table(table, tmp)
+        extra = {METRICS_FILE: tmp}
+        result.metrics_path = str(out / METRICS_FILE)
+    dtype = C.save_dtype(config.save_dtype, base_info)
+    try:
+        result.checkpoint_id = C.write_checkpoint(unwrapped, state_dict, base_info, out, meta, dtype, extra)
+    finally:
+        for tmp in extra.values():  # moved into OUT on success; left behind only on failure
+            Path(tmp).unlink(missing_ok=True)
+    result.output = str(out)
+
+
+def metrics_table(rows: list[dict]) -> pa.Table:
+    cols = {f.name: [r.get(f.name) for r in rows] for f in TRAIN_METRICS_SCHEMA}
+    return pa.Table.from_pydict(cols, schema=TRAIN_METRICS_SCHEMA)
+
+
+def summarize_run(rows: list[dict], ex: D.Examples) -> dict[str, Any]:
+    """Means over the steps that were not skipped, plus totals (rlcycle.json `metrics`)."""
+    ok = [r for r in rows if not r["skipped"]]
+    out: dict[str, Any] = {"steps": len(rows), "skipped_steps": len(rows) - len(ok),
+                           "rows_used": len(ex), "rows_dropped": dict(ex.dropped),
+                           "tokens": sum(r["tokens"] for r in rows),
+                           "loss_tokens": sum(r["loss_tokens"] for r in rows)}  # fmt: skip
+    for key in ("loss", "ratio_mean", "mismatch_kl", "ess", "clip_frac", "is_frac", "kl_ref",
+                "grad_norm", "padding_fraction", "tokens_per_s"):  # fmt: skip
+        vals = [r[key] for r in ok if r.get(key) is not None]
+        out[f"{key}_mean"] = sum(vals) / len(vals) if vals else None
+    out["loss_first"] = ok[0]["loss"] if ok else None
+    out["loss_last"] = ok[-1]["loss"] if ok else None
+    return out
+
+
+def _fingerprint(config: TrainConfig, data_hashes: list[dict], base_id: str, world: int) -> str:
+    cfg = {k: v for k, v in dataclasses.asdict(config).items() if k not in _NOT_FINGERPRINTED}
+    doc = {"config": cfg, "data": [d["sha256"] for d in data_hashes], "base": base_id, "world": world}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _check_rows(ex: D.Examples, config: TrainConfig, versions: list[str], paths: list[str]) -> None:
+    if len(ex) and D.Schedule(len(ex), config).n_steps:
+        return
+    why = ", ".join(f"{k}={v}" for k, v in Counter(ex.dropped).most_common()) or "the file is empty"
+    hint = "check the examples with `rlcycle inspect`"
+    if ex.dropped.get("unknown_policy_version") or ex.dropped.get("stale"):
+        hint = (f"the known policy versions (oldest first) are {versions[-5:]}; pass --set "
+                "policy_versions=v1,v2 or --set max_policy_lag=none to skip the staleness check")  # fmt: skip
+    elif len(ex) and config.drop_last:
+        hint = f"{len(ex)} rows is less than batch_size={config.batch_size}; lower it or drop drop_last"
+    raise InputError(f"no trainable rows in {', '.join(paths)} ({ex.rows_in} rows read; dropped: {why})", hint=hint)
+
+
+def _start_line(ex: D.Examples, schedule: D.Schedule, config: TrainConfig, acc) -> str:
+    dropped = ", ".join(f"{k}={v}" for k, v in ex.dropped.most_common()) or "none"
+    return (f"train: {len(ex):,} of {ex.rows_in:,} rows usable (dropped: {dropped}); "
+            f"{schedule.n_steps} steps of {config.batch_size} rows, objective={config.objective} "
+            f"({config.norm} normalisation), {acc.num_processes} process(es) on {acc.device}, "
+            f"precision={acc.mixed_precision}")  # fmt: skip
+
+
+def _g(x) -> str:
+    return "-" if x is None else f"{x:.4g}"

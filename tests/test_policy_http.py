@@ -1,0 +1,186 @@
+"""The HTTP backend against a real `rlcycle serve` server on loopback (no mocks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rlcycle.errors import InputError, RlcycleError
+from rlcycle.policy.base import SamplingParams
+from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
+from rlcycle.policy.http import HTTPPolicy, HTTPPolicyConfig, parse_choice, request_body
+from rlcycle.policy.serve import PolicyServer, ServeConfig
+
+REPO = Path(__file__).resolve().parent.parent
+TEXTS = ["def add(a, b):", "Fix the failing test", "import os\nprint(os.listdir())", "x = 1\n"]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    from transformers import AutoTokenizer
+
+    from rlcycle.model_init import InitModelConfig, build_model
+
+    tok = AutoTokenizer.from_pretrained(str(REPO / "sample_data" / "tokenizer"))
+    return HFPolicy(build_model(InitModelConfig(seed=0), tok), tok,
+                    HFPolicyConfig(num_threads=1), name="tiny")
+
+
+@pytest.fixture(scope="module")
+def prompts(policy):
+    return [policy.tokenizer(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+
+
+@pytest.fixture(scope="module")
+def server(policy):
+    with PolicyServer(policy, ServeConfig(port=0, batch_wait_ms=20)) as srv:
+        yield srv
+
+
+def post(url, body, headers=None):
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(max_new_tokens=12, temperature=1.0, seed=11),
+    SamplingParams(max_new_tokens=12, temperature=0.7, top_p=0.8, seed=12),
+    SamplingParams(max_new_tokens=8, temperature=0.0),
+])
+def test_http_and_in_process_give_the_same_samples(policy, prompts, server, params):
+    client = HTTPPolicy(server.url + "/v1")
+    try:
+        remote = client.generate(prompts, params)
+    finally:
+        client.close()
+    local = policy.generate(prompts, params)
+    for r, g in zip(remote, local, strict=True):
+        assert r.token_ids == g.token_ids and r.finish_reason == g.finish_reason
+        assert r.logprobs == pytest.approx(g.logprobs, abs=1e-4)
+        assert r.latency_ms > 0
+    assert client.name == "tiny"
+
+
+def test_stop_token_is_included_and_reported(policy, prompts, server):
+    [g] = policy.generate([prompts[0]], SamplingParams(max_new_tokens=6, temperature=0, stop_token_ids=(99999,)))
+    stop = g.token_ids[2]
+    client = HTTPPolicy(server.url, HTTPPolicyConfig(model="tiny"))
+    [r] = client.generate([prompts[0]], SamplingParams(max_new_tokens=6, temperature=0, stop_token_ids=(stop,)))
+    client.close()
+    assert r.token_ids[-1] == stop and r.finish_reason == "stop"
+    assert r.token_ids == g.token_ids[: g.token_ids.index(stop) + 1]
+
+
+def test_wire_format_is_vllm_compatible(prompts, server):
+    body = request_body("tiny", prompts[0], SamplingParams(max_new_tokens=5, seed=1))
+    status, resp = post(server.url, body)
+    assert status == 200 and resp["object"] == "text_completion"
+    choice = resp["choices"][0]
+    assert choice["logprobs"]["tokens"] == [f"token_id:{t}" for t in choice["token_ids"]]
+    assert len(choice["logprobs"]["token_logprobs"]) == len(choice["token_ids"])
+    assert resp["usage"]["completion_tokens"] == len(choice["token_ids"])
+    # vLLM without return_token_ids: ids come from the "token_id:N" strings alone
+    ids = choice.pop("token_ids")
+    assert parse_choice(resp).token_ids == [int(t[9:]) for t in choice["logprobs"]["tokens"]]
+    # a batch of prompts in one request: prompt i gets seed + i, like the client
+    status, multi = post(server.url, {**body, "prompt": [prompts[0], prompts[1]]})
+    assert status == 200 and len(multi["choices"]) == 2
+    assert multi["choices"][0]["token_ids"] == ids
+
+
+def test_models_endpoint_and_health(server):
+    with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as r:
+        data = json.loads(r.read())
+    assert data["data"][0]["id"] == "tiny"
+    with urllib.request.urlopen(server.url + "/health", timeout=10) as r:
+        assert r.read() == b"ok"
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"top_k": 5}, "top_k"),
+    ({"repetition_penalty": 1.2}, "repetition_penalty"),
+    ({"stop": ["\n"]}, "stop"),
+    ({"n": 2}, "n must be 1"),
+    ({"stream": True}, "stream"),
+    ({"prompt": "not ids"}, None),  # text prompts are tokenised: accepted
+    ({"prompt": [[]]}, "prompt"),
+    ({"prompt": [1, 99999]}, "outside"),
+    ({"temperature": -1}, "temperature"),
+])
+def test_requests_that_would_change_the_distribution_are_refused(server, extra, message):
+    body = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 2, "logprobs": 1, **extra}
+    status, resp = post(server.url, body)
+    if message is None:
+        assert status == 200
+    else:
+        assert status == 400 and message in resp["error"]["message"]
+
+
+def test_client_reports_refusals_and_dead_servers(server):
+    client = HTTPPolicy(server.url, HTTPPolicyConfig(model="tiny", retries=0))
+    with pytest.raises(InputError, match="outside"):
+        client.generate([[1, 99999]], SamplingParams(max_new_tokens=2))
+    client.close()
+    dead = HTTPPolicy("http://127.0.0.1:9", HTTPPolicyConfig(model="x", retries=0, timeout_s=5))
+    with pytest.raises(RlcycleError) as e:
+        dead.generate([[1, 2]], SamplingParams(max_new_tokens=2))
+    assert "rlcycle serve" in e.value.hint
+    dead.close()
+
+
+def test_api_key_is_enforced(policy):
+    with PolicyServer(policy, ServeConfig(port=0, api_key="s3cret")) as srv:
+        bad = HTTPPolicy(srv.url, HTTPPolicyConfig(model="tiny", retries=0))
+        with pytest.raises(InputError, match="401"):
+            bad.generate([[1, 2]], SamplingParams(max_new_tokens=2))
+        good = HTTPPolicy(srv.url, HTTPPolicyConfig(model="tiny", api_key="s3cret"))
+        assert len(good.generate([[1, 2]], SamplingParams(max_new_tokens=2, seed=0))[0].token_ids) >= 1
+        bad.close()
+        good.close()
+
+
+def test_serve_command_end_to_end(tmp_path, prompts, policy):
+    """`serve --policy DIR --port 0 --json` in a subprocess, queried over HTTP."""
+    from rlcycle.model_init import init_model
+
+    init_model(tmp_path / "m", seed=0)
+    code = ("import typer; from rlcycle.cli.model_cmd import register; "
+            "app = typer.Typer(); register(app); app()")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "serve", "--policy", str(tmp_path / "m"), "--port", "0",
+         "--json", "--device", "cpu"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        info = json.loads(line)
+        assert info["url"].startswith("http://127.0.0.1:") and info["model"] == "m"
+        client = HTTPPolicy(info["url"])
+        params = SamplingParams(max_new_tokens=6, seed=4)
+        remote = client.generate(prompts[:2], params)
+        client.close()
+        local = policy.generate(prompts[:2], params)  # same seed-0 weights, built in-process
+        assert [g.token_ids for g in remote] == [g.token_ids for g in local]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_port_in_use_is_a_clear_error(policy, server):
+    port = int(server.url.rsplit(":", 1)[1])
+    with pytest.raises(RlcycleError, match="cannot listen") as e:
+        PolicyServer(policy, ServeConfig(port=port))
+    assert "--port" in e.value.hint

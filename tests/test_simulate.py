@@ -1,0 +1,167 @@
+"""`rlcycle simulate` end to end: a tiny random model and the scripted reference in real
+sandboxes, the events read back by `rlcycle collect`, the CLI's output and errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from test_runner import make_suite, scrub
+from typer.testing import CliRunner
+
+from rlcycle.cli import simulate_cmd
+from rlcycle.errors import RlcycleError
+from rlcycle.simulate import SimulateConfig, run
+
+
+@pytest.fixture(scope="module")
+def suite_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("suite")
+    make_suite(root)
+    return root
+
+
+@pytest.fixture
+def simulate_cli():
+    """`rlcycle simulate` on its own typer app (the lead wires it into rlcycle.cli)."""
+    app = typer.Typer()
+    simulate_cmd.register(app)
+
+    @app.callback()
+    def _root() -> None:
+        """test app"""
+
+    def invoke(args):
+        result = CliRunner().invoke(app, [str(a) for a in args])
+        result.error = ""
+        if isinstance(result.exception, RlcycleError):  # as rlcycle.cli.main maps them
+            result.exit_code = result.exception.exit_code
+            result.error = result.exception.message
+        return result
+
+    return invoke
+
+
+def read_events(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_simulate_has_help(simulate_cli):
+    r = simulate_cli(["simulate", "--help"])
+    assert r.exit_code == 0 and "Examples" in r.output and "scripted:reference" in r.output
+
+
+def test_bad_options_exit_2_before_any_sandbox_starts(simulate_cli, suite_dir, tmp_path):
+    out = tmp_path / "e.jsonl"
+    r = simulate_cli(["simulate", "-p", "scripted:reference", "-t", suite_dir, "-o", out, "-n", 0])
+    assert r.exit_code == 2 and "episodes=0" in r.error
+    r = simulate_cli(["simulate", "-p", "scripted:genius", "-t", suite_dir, "-o", out])
+    assert r.exit_code == 2 and "scripted:genius" in r.error
+    r = simulate_cli(["simulate", "-p", "scripted:nothing", "-t", tmp_path / "none", "-o", out])
+    assert r.exit_code == 2 and "not a directory" in r.error
+    r = simulate_cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-o", out, "--set", "feedback_rat=1"])
+    assert r.exit_code == 2 and "feedback_rate" in r.error
+    assert not out.exists()
+
+
+@pytest.mark.docker
+def test_reference_via_cli_json_summary_files_and_determinism(simulate_cli, cli, suite_dir, tmp_path, docker_client):
+    out = tmp_path / "sim" / "events.jsonl"
+    args = ["simulate", "-p", "scripted:reference", "-t", suite_dir, "-n", 4, "--sandboxes", 2,
+            "--seed", 7, "--json", "-q", "-o"]  # fmt: skip
+    r = simulate_cli(args + [out])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert (summary["episodes"], summary["passed"], summary["pass_rate"]) == (4, 4, 1.0)
+    assert summary["clarification_rate"] == 0.5 and summary["invalid_call_rate"] == 0.0
+    events = read_events(out)
+    assert len(events) == summary["events"] and len({e["event_id"] for e in events}) == len(events)
+    assert (out.parent / ".events.jsonl.config.json").exists()  # a dot file: `collect DIR` skips it
+    assert json.loads((out.parent / ".events.jsonl.config.json").read_text())["seed"] == 7
+    # Sessions in job order: task i mod 2, attempt i div 2.
+    sessions = list(dict.fromkeys(e["session_id"] for e in events))
+    assert [s.split("-", 2)[2] for s in sessions] == ["calc-add-a0", "greet-a0", "calc-add-a1", "greet-a1"]
+    # The same run again: the same events, but for what is measured. Prompts after a
+    # run_tests call differ too: pytest prints its own duration ("1 passed in 0.03s").
+    again = tmp_path / "again.jsonl"
+    assert simulate_cli(args + [again]).exit_code == 0
+
+    def stable(evs):
+        return [{k: v for k, v in e.items() if k != "prompt_ids" or e["turn"] == 0} for e in scrub(evs)]
+
+    assert stable(read_events(again)) == stable(events)
+    # ... and collect reads the directory (config dot file skipped) without a complaint.
+    traj = tmp_path / "traj.arrow"
+    r = cli(["collect", out.parent, "-o", traj, "--as-of", "2026-12-02T12:00:00Z", "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    n_samples = sum(e["type"] == "completion" for e in events)
+    assert (got["samples_out"], got["quarantined"], got["held_back_samples"]) == (n_samples, 0, 0)
+
+
+@pytest.fixture
+def one_thread():
+    """Small models run far faster on one thread on a busy machine (no OpenMP spinning)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.docker
+def test_tiny_random_model_round_trip_through_collect(cli, suite_dir, tmp_path, docker_client, one_thread):
+    import polars as pl
+
+    from rlcycle.model_init import init_model
+
+    model = tmp_path / "tiny"
+    init_model(model, seed=0)
+    config = SimulateConfig(episodes=3, sandboxes=2, max_turns=2, max_new_tokens=24, seed=1,
+                            feedback_rate=1.0)  # fmt: skip
+    out = tmp_path / "events.jsonl"
+    result = run(config, str(model), suite_dir, out, quiet=True)
+    assert result.policy.startswith("sha256:") and result.episodes == 3 and result.errors == 0
+    assert result.passed == 0 and result.mean_latency_ms > 0
+    events = read_events(out)
+    completions = [e for e in events if e["type"] == "completion"]
+    assert len(completions) == result.samples >= 3
+    for e in completions:
+        assert e["policy_version"] == result.policy and len(e["completion_ids"]) <= 24
+        assert len(e["completion_logprobs"]) == len(e["completion_ids"]) == len(e["loss_mask"])
+        assert set(e["loss_mask"]) == {1} and all(lp <= 0 for lp in e["completion_logprobs"])
+    # Token-exact prompts: a later prompt extends the earlier prompt + its sampled ids.
+    by_session: dict[str, list[dict]] = {}
+    for e in completions:
+        by_session.setdefault(e["session_id"], []).append(e)
+    for samples in by_session.values():
+        for a, b in zip(samples, samples[1:], strict=False):
+            assert b["prompt_ids"][: len(a["prompt_ids"]) + len(a["completion_ids"])] == a["prompt_ids"] + a["completion_ids"]
+    # Every session got its follow-up and (feedback_rate 1) a thumbs down.
+    assert sum(e["type"] == "feedback" and e["value"] == -1.0 for e in events) == 3
+    traj = tmp_path / "traj.arrow"
+    r = cli(["collect", out, "-o", traj, "--as-of", "2026-12-02T12:00:00Z", "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert (got["samples_out"], got["quarantined"]) == (len(completions), 0)
+    df = pl.read_ipc(traj).sort("sample_id")
+    want = sorted(completions, key=lambda e: e["sample_id"])
+    assert df["completion_ids"].to_list() == [e["completion_ids"] for e in want]
+    assert df["prompt_ids"].to_list() == [e["prompt_ids"] for e in want]
+    lps = df["behavior_logprobs"].to_list()
+    assert all(abs(x - y) < 1e-5 for a, e in zip(lps, want, strict=True) for x, y in zip(a, e["completion_logprobs"], strict=True))
+    assert df["followup_text"].null_count() == 0
+
+
+@pytest.mark.docker
+def test_events_stream_to_stdout_into_collect(simulate_cli, cli, suite_dir, tmp_path, docker_client):
+    r = simulate_cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-q", "--sandboxes", 2,
+                      "--set", "feedback_rate=0", "-o", "-"])  # fmt: skip
+    assert r.exit_code == 0
+    types = [json.loads(x)["type"] for x in r.stdout.splitlines()]
+    assert types == ["completion", "tool_result", "user_message"] * 2  # 2 sessions
+    traj = tmp_path / "t.arrow"
+    c = cli(["collect", "-", "-o", traj, "--json", "-q", "--as-of", "2026-12-02T00:00:00Z"], input=r.stdout.encode())
+    assert c.exit_code == 0 and json.loads(c.stdout)["samples_out"] == 2
