@@ -1,7 +1,7 @@
 """Turn a policy reference from the command line into a policy to run.
 
 A reference is one of:
-- `scripted:reference` / `scripted:nothing` — scripted policies for tests, benches and demos
+- `scripted:reference` / `scripted:nothing` / `scripted:clarify` — scripted policies for tests, benches, demos
   (`rlcycle.agent.scripted`): the tasks' reference solutions, or an agent that does nothing;
 - an http(s) URL — an OpenAI-compatible server (vLLM, SGLang, `rlcycle serve`);
 - a registry alias (`production`, `previous`, `candidate`, or `registry:<alias>`) or a
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCRIPTED = ("scripted:reference", "scripted:nothing")
+SCRIPTED = ("scripted:reference", "scripted:nothing", "scripted:clarify")
 
 
 @dataclass

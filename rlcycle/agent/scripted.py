@@ -50,6 +50,7 @@ ASSISTANT_START = "<|im_start|>assistant"
 USER_START = "<|im_start|>user\n"
 END = "<|im_end|>"
 REFERENCE, NOTHING, REPLAY = "scripted:reference", "scripted:nothing", "scripted:replay"
+CLARIFY = "scripted:clarify"  # the reference, but it asks a clarifying question on *every* task
 DONE_SUMMARY = "Nothing left to do."
 
 
@@ -123,17 +124,28 @@ class ReplayPolicy:
 class ReferencePolicy:
     """Emits each task's reference solution, one tool call per completion."""
 
-    def __init__(self, tokenizer: Any, tasks: Sequence[Task] = (), name: str = REFERENCE):
+    def __init__(self, tokenizer: Any, tasks: Sequence[Task] = (), name: str = REFERENCE,
+                 always_ask: bool = False):  # fmt: skip
         self._s = _Script(tokenizer)
         self.tokenizer = self._s.tokenizer
         self.name = name
+        # always_ask: the clarification reward hack (DESIGN.md) as a policy — it solves what the
+        # reference solves but first asks a question, even when the task is clear.
+        self.always_ask = always_ask
         self._calls: dict[str, list[ScriptedCall]] = {}
         self.bind_tasks(tasks)
 
     def bind_tasks(self, tasks: Sequence[Task]) -> None:
         """Learn the reference scripts of `tasks` (keyed by instruction)."""
         for task in tasks:
-            self._calls[task.instruction.replace(ZWSP, "")] = reference_calls(task)
+            calls = reference_calls(task)
+            if self.always_ask and not any(c.name == "ask_user" for c in calls):
+                calls = [ScriptedCall("ask_user", {"question": "Before I change anything: what exactly do you want?"}), *calls]
+            key = task.instruction.replace(ZWSP, "")
+            if key in self._calls and self._calls[key] != calls:
+                raise InputError(f"task {task.id}: another task has the same instruction, so a scripted "
+                                 "policy cannot tell them apart", hint="make task instructions unique")
+            self._calls[key] = calls
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         out = []
@@ -188,5 +200,7 @@ def make(ref: str, tokenizer: Any = None, tasks: Sequence[Task] = ()) -> Any:
         return ReferencePolicy(tokenizer, tasks)
     if ref == NOTHING:
         return DoNothingPolicy(tokenizer)
+    if ref == CLARIFY:
+        return ReferencePolicy(tokenizer, tasks, name=CLARIFY, always_ask=True)
     raise InputError(f"unknown scripted policy {ref!r}",
-                     hint=f"use {REFERENCE} or {NOTHING}")
+                     hint=f"use {REFERENCE}, {NOTHING} or {CLARIFY}")

@@ -15,8 +15,8 @@ The gates (each reported with metric, value, threshold and result):
 - `invalid_tool_call_rate`, `clarification_rate`: behaviour drift upwards is capped (the two
   reward hacks of DESIGN.md: broken calls on hard tasks, clarifying instead of editing).
 - `edit_rate`: drift downwards is capped (an agent that stops editing hides its failures).
-- `latency`: candidate mean latency within a ratio of the baseline's, and under an absolute
-  budget when one is set.
+- `latency`: candidate latency per model call within a ratio of the baseline's (differences
+  below `latency_noise_ms` pass: timer noise), and under an absolute budget when one is set.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ class GateConfig:
     max_clarification_rate_increase: float = cfg(0.10, help="Largest allowed rise of the clarification rate.")
     max_edit_rate_decrease: float = cfg(0.10, help="Largest allowed fall of the edit rate.")
     max_latency_ratio: float = cfg(1.10, help="Candidate mean latency / baseline mean latency, at most.")
-    latency_budget_ms: float | None = cfg(None, help="Absolute cap on the candidate's mean latency (ms).")
+    latency_budget_ms: float | None = cfg(None, help="Absolute cap on the candidate's mean latency per model call (ms).")
+    latency_noise_ms: float = cfg(20.0, help="Latency differences per model call below this pass the ratio gate (timer noise).")
     min_paired_tasks: int = cfg(5, help="Fewer cleanly paired tasks than this gives no verdict.")
     k: int = cfg(1, help="k for pass@k and pass^k (at most the attempts per task).")
 
@@ -82,6 +83,8 @@ def policy_metrics(rows: pl.DataFrame, k: int) -> dict[str, Any]:
         "mean_turns": float(ok["turns"].mean()),
         "mean_tokens": float(ok["tokens"].mean()),
         "mean_latency_ms": float(ok["latency_ms"].mean()),
+        # Per model call: an agent that takes more turns to solve a task is not "slower" per se.
+        "latency_per_call_ms": float(ok["latency_ms"].sum() / max(1, ok["turns"].sum())),
     }
 
 
@@ -142,11 +145,14 @@ def decide(results: pl.DataFrame, candidate: str, baseline: str, gates: GateConf
         _gate("edit_rate", "baseline - candidate", base["edit_rate"] - cand["edit_rate"],
               gates.max_edit_rate_decrease, base["edit_rate"] - cand["edit_rate"] <= gates.max_edit_rate_decrease),
     ]  # fmt: skip
-    ratio = cand["mean_latency_ms"] / base["mean_latency_ms"] if base["mean_latency_ms"] > 0 else 1.0
-    g.append(_gate("latency", "candidate / baseline mean latency", ratio, gates.max_latency_ratio, ratio <= gates.max_latency_ratio))
+    c_lat, b_lat = cand["latency_per_call_ms"], base["latency_per_call_ms"]
+    ratio = c_lat / b_lat if b_lat > 0 else 1.0
+    g.append(_gate("latency", "candidate / baseline latency per model call", ratio, gates.max_latency_ratio,
+                   ratio <= gates.max_latency_ratio or c_lat - b_lat <= gates.latency_noise_ms,
+                   f"{c_lat:.1f} ms vs {b_lat:.1f} ms per call"))  # fmt: skip
     if gates.latency_budget_ms is not None:
-        g.append(_gate("latency_budget", "candidate mean latency (ms)", cand["mean_latency_ms"], gates.latency_budget_ms,
-                       cand["mean_latency_ms"] <= gates.latency_budget_ms))  # fmt: skip
+        g.append(_gate("latency_budget", "candidate latency per model call (ms)", c_lat, gates.latency_budget_ms,
+                       c_lat <= gates.latency_budget_ms))  # fmt: skip
     verdict["gates"] = g
     verdict["decision"] = "accept" if all(x["passed"] for x in g) else "refuse"
     return verdict

@@ -114,7 +114,9 @@ def problem_to_task(problem: dict[str, str]) -> Task:
     return Task(
         id=f"humaneval-{number}".lower(),
         instruction=(
-            f"Implement `{entry}` in {MODULE} so that it does what its docstring says. "
+            # The problem id keeps instructions unique: several problems share a function name
+            # (add, solve, sort_array, ...), and a user request is what identifies a task.
+            f"{source}: implement `{entry}` in {MODULE} so that it does what its docstring says. "
             "Keep the signature."
         ),
         cluster="humaneval",
