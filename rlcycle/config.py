@@ -71,9 +71,15 @@ def resolve(
     sets: list[str] | None = None,
     flags: dict[str, Any] | None = None,
     section: str | None = None,
+    data: dict[str, Any] | None = None,
+    data_origin: str = "config",
 ) -> T:
-    """Build `cls` from defaults, a TOML file, `--set` pairs and explicit flags (None = unset)."""
+    """Build `cls` from defaults, a TOML file, `--set` pairs and explicit flags (None = unset).
+
+    `data` is a table given in code (e.g. a stage's table of the cycle config), applied before
+    the file, with `data_origin` naming it in error messages."""
     layers: list[tuple[str, dict[str, Any]]] = [
+        (data_origin, dict(data or {})),
         (f"config file {file}" if file else "config file", load_toml(file, section)),
         ("--set", parse_sets(sets)),
         ("flag", {k: v for k, v in (flags or {}).items() if v is not None}),

@@ -199,8 +199,10 @@ class Registry:
         new = {"seq": entry.seq, "aliases": aliases, "canary": canary if canary is not None else state.get("canary"),
                "last": entry.__dict__}  # fmt: skip
         _crashpoint("before-state")
+        _crashpoint(f"before-state:{entry.action}")
         rio.atomic_write_text(self.root / "state.json", json.dumps(new, indent=2) + "\n")
         _crashpoint("after-state")
+        _crashpoint(f"after-state:{entry.action}")
         self._repair_history()
 
     def _repair_history(self) -> None:

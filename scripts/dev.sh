@@ -2,7 +2,7 @@
 # rlcycle's developer entry point: the README's two commands and the justfile call this.
 #
 #   scripts/dev.sh setup          create .venv and install rlcycle (fast when already done)
-#   scripts/dev.sh demo           run the pipeline on the bundled sample data
+#   scripts/dev.sh demo           run the whole cycle on the bundled sample data (rlcycle cycle)
 #   scripts/dev.sh test [ARGS]    install what the tests need (Docker engine, sandbox image), run pytest
 #   scripts/dev.sh lint           ruff
 #   scripts/dev.sh bench          every scripts/bench_*.py at its default size
@@ -60,10 +60,12 @@ docker_ready() {
 
 demo() {
   setup
-  local run="runs/demo"
-  mkdir -p "$run"
-  "$VENV/bin/rlcycle" collect sample_data/events sample_data/otel -o "$run/trajectories.arrow"
-  "$VENV/bin/rlcycle" inspect "$run/trajectories.arrow" --head 1
+  if ! bash scripts/ensure_docker.sh; then log "the demo's eval stage needs a Docker engine"; return 1; fi
+  "$VENV/bin/rlcycle" sandbox build
+  # The whole loop on the bundled sample data with the tiny default model: collect, distill,
+  # train, eval (sandboxes), deploy into the registry under ${RLCYCLE_HOME:-~/.rlcycle}.
+  "$VENV/bin/rlcycle" cycle --run-dir runs/demo "$@"
+  "$VENV/bin/rlcycle" registry ls --history 3
 }
 
 run_tests() {

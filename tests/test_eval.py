@@ -83,7 +83,8 @@ def test_an_infrastructure_failure_is_an_error_not_a_fail(cli, suite, tmp_path, 
 
         def bind_tasks(self, tasks):
             self.ref.bind_tasks(tasks)
-            self.doomed_instruction = next(t.instruction for t in tasks if t.id == doomed)
+            # the runner binds each batch of tasks it runs (eval runs the suite in halves)
+            self.doomed_instruction = next((t.instruction for t in tasks if t.id == doomed), self.doomed_instruction)
 
         def generate(self, prompts, params):
             out = []
@@ -106,6 +107,7 @@ def test_an_infrastructure_failure_is_an_error_not_a_fail(cli, suite, tmp_path, 
     monkeypatch.setattr(resolve, "resolve_policy", fake)
     out = tmp_path / "e.arrow"
     r = run_eval(cli, suite, out, "scripted:breaks", "scripted:nothing")
+    assert out.exists(), repr(r.exception) + r.output
     df = pl.read_ipc(out)
     row = df.filter(pl.col("task_id") == doomed, pl.col("policy").str.starts_with("candidate"))
     assert row["status"].to_list() == ["error"]

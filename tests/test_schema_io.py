@@ -119,13 +119,6 @@ def test_every_command_has_help_with_an_example(name, cmd):
             assert getattr(param, "help", None), f"`rlcycle {name}` option {param.name} has no help"
 
 
-@pytest.mark.parametrize("name,issue", [("distill", 5), ("cycle", 8)])
-def test_unbuilt_commands_exit_1_and_say_so(cli, tmp_path, name, issue):
-    args = {"distill": ["x.arrow", "-o", "y.arrow"],             "cycle": ["e"]}[name]  # fmt: skip
-    r = cli([name, *args])
-    assert r.exit_code == 1 and "not built yet" in r.error and f"#{issue}" in r.error
-
-
 def test_console_script_and_python_m(tmp_path):
     import subprocess
     import sys

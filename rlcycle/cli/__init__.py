@@ -51,11 +51,12 @@ def _register() -> None:
     # Imported here so `rlcycle --help` stays fast and each command lives in its own module.
     from rlcycle.cli import (
         collect_cmd,
+        cycle_cmd,
         deploy_cmd,
+        distill_cmd,
         eval_cmd,
         inspect_cmd,
         model_cmd,
-        pending_cmds,
         simulate_cmd,
         tasks_cmd,
         train_cmd,
@@ -63,10 +64,11 @@ def _register() -> None:
 
     collect_cmd.register(app)
     inspect_cmd.register(app)
-    pending_cmds.register(app)
+    distill_cmd.register(app)
     train_cmd.register(app)
     eval_cmd.register(app)
     deploy_cmd.register(app)
+    cycle_cmd.register(app)
     simulate_cmd.register(app)
     model_cmd.register(app)
     app.add_typer(tasks_cmd.app, name="tasks")

@@ -49,7 +49,8 @@ def register(app: typer.Typer) -> None:
             stage.DistillConfig, config_file, set_,
             {"normalization": normalization, "credit": credit}, section="distill",
         )  # fmt: skip
-        result = stage.run(cfg, trajectories, out, reward_spec, report=report, quiet=quiet)
+        # Reward-hacking warnings print even with --quiet: they are why the report exists.
+        result = stage.run(cfg, trajectories, out, reward_spec, report=report, quiet=False)
         if out != "-":
             save_resolved(cfg, f"{out}.config.json")
         if as_json:

@@ -54,18 +54,17 @@ def assign(episodes: pl.DataFrame, group_keys: list[str], min_size: int) -> Grou
     for i, source in reversed(list(enumerate(group_keys))):
         k, ok = _source_key(episodes, source, min_size)
         src[ok], key[ok] = i, k[ok]
-    idx = np.flatnonzero(src >= 0)
-    # Sorted by (source, key): group ids do not depend on the order of the rows.
-    keyed = pl.DataFrame({"i": idx, "s": src[idx], "k": key[idx]})
-    order = keyed.sort("s", "k", "i").get_column("i").to_numpy()
-    s, k = src[order], key[order]
-    new = np.r_[True, (s[1:] != s[:-1]) | (k[1:] != k[:-1])] if order.size else np.zeros(0, bool)
     code = np.full(n, -1, dtype=np.int64)
-    code[order] = np.cumsum(new) - 1
-    labels = _labels(episodes, group_keys, s[new], k[new], order[new])
-    counts = np.bincount(s[new], minlength=len(group_keys)) if order.size else np.zeros(len(group_keys), int)
-    by_source = {group_keys[i]: int(c) for i, c in enumerate(counts) if c}
-    return Groups(code, labels, by_source)
+    labels, by_source, offset = [], {}, 0
+    for i, source in enumerate(group_keys):  # sorted keys: ids do not depend on row order
+        members = np.flatnonzero(src == i)
+        if not members.size:
+            continue
+        uniq, first, inverse = np.unique(key[members], return_index=True, return_inverse=True)
+        code[members] = offset + inverse
+        labels.append(_labels(episodes, source, uniq, members[first]))
+        by_source[source], offset = int(uniq.size), offset + int(uniq.size)
+    return Groups(code, pl.concat(labels) if labels else pl.Series("label", [], pl.String), by_source)
 
 
 def _source_key(e: pl.DataFrame, source: str, min_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,19 +78,14 @@ def _source_key(e: pl.DataFrame, source: str, min_size: int) -> tuple[np.ndarray
     return f.get_column("k").to_numpy(), f.get_column("ok").to_numpy()
 
 
-def _labels(e: pl.DataFrame, group_keys: list[str], src, key, first_ep) -> pl.Series:
-    """`batch`, `prompt:<hash>` or `<column>:<value>` for each group."""
-    g = pl.DataFrame({"src": src, "key": key, "ep": first_ep})
-    label = pl.lit(None, pl.String)
-    for i, source in enumerate(group_keys):
-        if source == "batch":
-            text = pl.lit("batch")
-        elif source == "prompt":
-            text = pl.lit("prompt:") + C("key").cast(pl.String)
-        else:
-            text = pl.lit(f"{source}:") + e.get_column(source).gather(g.get_column("ep")).cast(pl.String)
-        label = pl.when(C("src") == i).then(text).otherwise(label)
-    return g.select(label.alias("label")).to_series()
+def _labels(e: pl.DataFrame, source: str, keys: np.ndarray, first_ep: np.ndarray) -> pl.Series:
+    """`batch`, `prompt:<hash>` or `<column>:<value>` for each group of one source."""
+    if source == "batch":
+        return pl.Series("label", ["batch"])
+    if source == "prompt":
+        return pl.select(pl.lit("prompt:") + pl.Series(keys).cast(pl.String)).to_series().alias("label")
+    values = e.get_column(source).gather(first_ep).cast(pl.String)
+    return pl.select(pl.lit(f"{source}:") + values).to_series().alias("label")
 
 
 @dataclass

@@ -45,7 +45,6 @@ _NUMERIC = [
     "turn", "ts", "n_invalid_tool_calls", "n_tool_errors", "edit_lines_proposed",
     "edit_lines_surviving", "feedback", "latency_ms", "is_final_turn",
 ]  # fmt: skip
-EP_COLUMNS = ("failed",)  # episode facts copied onto the sample frame (as ep_<name>), for the monitors
 
 
 @dataclass
@@ -75,8 +74,7 @@ def build(table: pa.Table, spec: RewardSpec, config) -> Features:
     e = _success(e.with_columns(score=score), config.success_persistence)
     e = _next_success(e)
     e = _clarification_facts(e, spec.params_of("clarification"))
-    ep = s.get_column("_ep")
-    s = s.with_columns(e.get_column(c).gather(ep).alias(f"ep_{c}") for c in EP_COLUMNS)
+    s = s.with_columns(ep_failed=e.get_column("failed").gather(s.get_column("_ep")))  # for the monitors
     return Features(s, e, versions, notes)
 
 
@@ -89,15 +87,16 @@ def _samples(table: pa.Table, config, tests_col: str) -> tuple[pl.DataFrame, lis
     with ThreadPoolExecutor(1) as pool:  # the tool calls (Arrow, no GIL) beside the episode ids
         pending = pool.submit(_tool_call_counts, table.column("tool_calls"), config.edit_tools,
                               config.clarify_tools, recount)  # fmt: skip
-        episode = dense_codes(pl.Series(table.column("episode_id")))
-        versions = pc.dictionary_encode(table.column("policy_version").combine_chunks())
+        episode = episode_codes(table.column("episode_id"))
+        # One dictionary for all record batches: the indices are version codes.
+        versions = pc.dictionary_encode(table.column("policy_version"))
         calls = pending.result()
     scope = pc.fill_null(pc.equal(table.column("feedback_scope"), "sample"), False)
     tests = pl.Series(table.column(tests_col)).cast(pl.Boolean) if tests_col in table.column_names else None
     s = s.select(
         "turn", "ts", "feedback", "latency_ms",
         _ep=episode,
-        _v=pl.Series(versions.indices).cast(pl.Int32),
+        _v=pl.Series(pa.chunked_array([c.indices for c in versions.chunks], pa.int32())).cast(pl.Int32),
         n_invalid=C("n_invalid_tool_calls").fill_null(pl.Series(calls["invalid"])),
         n_errors=C("n_tool_errors").fill_null(pl.Series(calls["errors"])),
         proposed=C("edit_lines_proposed"),
@@ -109,12 +108,13 @@ def _samples(table: pa.Table, config, tests_col: str) -> tuple[pl.DataFrame, lis
         tests=tests if tests is not None else pl.lit(None, pl.Boolean),
         is_final=C("is_final_turn"),
     )  # fmt: skip
-    return s, versions.dictionary.to_pylist()
+    return s, versions.chunks[-1].dictionary.to_pylist() if versions.num_chunks else []
 
 
 def _list_lengths(col: pa.ChunkedArray) -> np.ndarray:
-    """Lengths of a list column from its offsets alone (a null list has length 0)."""
-    return pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int32)
+    """Lengths of a list column from its offsets alone (a null list spans no values: 0)."""
+    parts = [np.diff(chunk.offsets.to_numpy()).astype(np.int32, copy=False) for chunk in col.chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
 
 def dense_codes(values: pl.Series) -> pl.Series:
@@ -129,6 +129,19 @@ def dense_codes(values: pl.Series) -> pl.Series:
     if starts.hash(seed=1).n_unique() == starts.len():
         return runs.cast(pl.UInt32)
     return (values.rank("dense") - 1).cast(pl.UInt32)
+
+
+def episode_codes(col: pa.ChunkedArray) -> pl.Series:
+    """`dense_codes` of the (non-null) episode ids, straight from Arrow: only the first id of
+    each run is copied out, and the whole column only if episodes are not contiguous."""
+    n = len(col)
+    if n < 2:
+        return pl.Series(np.zeros(n, np.uint32))
+    new = np.r_[True, pc.not_equal(col.slice(1), col.slice(0, n - 1)).to_numpy(zero_copy_only=False)]
+    firsts = pl.Series(take(col, np.flatnonzero(new)))
+    if firsts.hash(seed=1).n_unique() == firsts.len():
+        return pl.Series(np.cumsum(new, dtype=np.uint32) - 1)
+    return dense_codes(pl.Series(col))
 
 
 def _tool_call_counts(col: pa.ChunkedArray, edit_tools, clarify_tools, recount: bool) -> dict[str, np.ndarray]:
@@ -149,7 +162,7 @@ def _tool_call_counts(col: pa.ChunkedArray, edit_tools, clarify_tools, recount: 
             masks["errors"] = _one_of(status, ["error", "timeout"])
         for key, mask in masks.items():
             # Calls per sample from a running count: sample i owns calls offsets[i]..offsets[i+1].
-            running = np.r_[0, np.cumsum(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))]
+            running = np.r_[0, np.cumsum(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=np.int32)]
             start = offsets - offsets[0]
             out[key].append((running[start[1:]] - running[start[:-1]]).astype(np.int32))
     n = len(col)
@@ -181,52 +194,57 @@ class Segments:
 
     def __init__(self, code: np.ndarray, turn: np.ndarray):
         n = code.size
-        step = np.diff(code.astype(np.int64))
-        in_order = n < 2 or bool(np.all((step > 0) | ((step == 0) & (turn[1:] >= turn[:-1]))))
+        up, same = code[1:] > code[:-1], code[1:] == code[:-1]
+        in_order = n < 2 or bool(np.all(up | (same & (turn[1:] >= turn[:-1]))))
         self.order = None if in_order else np.lexsort((turn, code))
         sorted_code = code if self.order is None else code[self.order]
         self.starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]]) if n else np.zeros(0, np.int64)
         self.ends = np.r_[self.starts[1:], n].astype(np.int64)  # one past each segment's last row
         self.n = n
 
-    def _sorted(self, x: np.ndarray) -> np.ndarray:
+    def in_order(self, x: np.ndarray) -> np.ndarray:
+        """A per-row array rearranged into segment order."""
         return x if self.order is None else x[self.order]
 
-    def _rows(self, positions: np.ndarray) -> np.ndarray:
+    def rows_at(self, positions: np.ndarray) -> np.ndarray:
+        """The rows at positions of the segment order."""
         return positions if self.order is None else self.order[positions]
 
     def first_rows(self) -> np.ndarray:
-        return self._rows(self.starts)
+        return self.rows_at(self.starts)
 
     def last_rows(self) -> np.ndarray:
-        return self._rows(self.ends - 1)
+        return self.rows_at(self.ends - 1)
 
-    def sum(self, x: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(self._sorted(x), self.starts) if self.n else np.zeros(0)
+    def sum(self, x: np.ndarray, dtype=None) -> np.ndarray:
+        return np.add.reduceat(self.in_order(x), self.starts, dtype=dtype) if self.n else np.zeros(0)
+
+    def min(self, x: np.ndarray) -> np.ndarray:
+        return np.minimum.reduceat(self.in_order(x), self.starts) if self.n else np.zeros(0)
 
     def count(self) -> np.ndarray:
         return self.ends - self.starts
 
     def nanmin(self, x: np.ndarray) -> np.ndarray:  # NaN only where the whole segment is NaN
-        return np.fmin.reduceat(self._sorted(x), self.starts) if self.n else np.zeros(0)
+        return np.fmin.reduceat(self.in_order(x), self.starts) if self.n else np.zeros(0)
 
     def nanmax(self, x: np.ndarray) -> np.ndarray:
-        return np.fmax.reduceat(self._sorted(x), self.starts) if self.n else np.zeros(0)
+        return np.fmax.reduceat(self.in_order(x), self.starts) if self.n else np.zeros(0)
 
     def first_valid(self, valid: np.ndarray) -> np.ndarray:
         """The first row (in turn order) of each segment where `valid`, or -1 where none is."""
-        hits = np.flatnonzero(self._sorted(valid))  # positions, ascending
+        hits = np.flatnonzero(self.in_order(valid))  # positions, ascending
         i = np.searchsorted(hits, self.starts)  # the first hit at or after each start
         pos = hits[np.minimum(i, hits.size - 1)] if hits.size else np.zeros(self.starts.size, np.int64)
         found = (i < hits.size) & (pos < self.ends)
-        return np.where(found, self._rows(pos), -1)
+        return np.where(found, self.rows_at(pos), -1)
 
     def last_valid(self, valid: np.ndarray) -> np.ndarray:
-        hits = np.flatnonzero(self._sorted(valid))
+        hits = np.flatnonzero(self.in_order(valid))
         i = np.searchsorted(hits, self.ends) - 1  # the last hit before each segment's end
         pos = hits[np.maximum(i, 0)] if hits.size else np.zeros(self.starts.size, np.int64)
         found = (i >= 0) & (pos >= self.starts)
-        return np.where(found, self._rows(pos), -1)
+        return np.where(found, self.rows_at(pos), -1)
 
 
 def _np(s: pl.DataFrame, name: str, fill) -> np.ndarray:
@@ -236,10 +254,26 @@ def _np(s: pl.DataFrame, name: str, fill) -> np.ndarray:
 
 
 def _take(table: pa.Table, column: str, rows: np.ndarray) -> pl.Series:
-    """Values of `column` at `rows` (-1: null), without converting the whole column."""
-    idx = pa.array(np.maximum(rows, 0), mask=rows < 0)
-    # One contiguous copy of the column first: take on a chunked array is far slower.
-    return pl.Series(table.column(column).combine_chunks().take(idx))
+    """Values of `column` at `rows` (-1: null), copying only those values out of the map."""
+    return pl.Series(take(table.column(column), rows))
+
+
+def take(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    """`col` at `rows` (-1: null). Rows in ascending order (collect's layout: one row per
+    episode, in episode order) are taken record batch by record batch, nothing else copied;
+    any other order takes from one contiguous copy of the column."""
+    safe = np.maximum(rows, 0)
+    steady = np.maximum.accumulate(safe) if rows.size else safe  # -1s take their neighbour
+    missing = rows < 0
+    if not np.array_equal(steady[~missing], safe[~missing]):  # not ascending
+        return col.combine_chunks().take(pa.array(safe, mask=missing))
+    parts, base = [], 0
+    for chunk in col.chunks:
+        lo, hi = np.searchsorted(steady, [base, base + len(chunk)])
+        parts.append(chunk.take(pa.array(steady[lo:hi] - base)))
+        base += len(chunk)
+    values = pa.concat_arrays(parts) if parts else pa.array([], col.type)
+    return pc.if_else(pa.array(missing), pa.nulls(len(values), col.type), values) if missing.any() else values
 
 
 def _episodes(s: pl.DataFrame, seg: Segments, table: pa.Table, config) -> pl.DataFrame:
@@ -262,18 +296,18 @@ def _episode_facts(s: pl.DataFrame, seg: Segments, table: pa.Table, first: np.nd
         "_ep": np.arange(first.size, dtype=np.uint32),
         "_v": s.get_column("_v").gather(first),
         "session_id": _take(table, "session_id", first),
-        "start": seg.nanmin(_np(s, "ts", 0).astype(np.float64)),
+        "start": seg.min(_np(s, "ts", 0)),
         "n_samples": seg.count(),
         "asked": seg.sum(s.get_column("asked").to_numpy()) > 0,
         "edited": seg.sum(s.get_column("edited").to_numpy()) > 0,
         "n_outcomes": seg.sum(s.get_column("proposed").is_not_null().to_numpy()),
-        "lines_proposed": seg.sum(_np(s, "proposed", 0).astype(np.int64)),
-        "lines_surviving": seg.sum(_np(s, "surviving", 0).astype(np.int64)),
+        "lines_proposed": seg.sum(_np(s, "proposed", 0), dtype=np.int64),
+        "lines_surviving": seg.sum(_np(s, "surviving", 0), dtype=np.int64),
         "fb_min": seg.nanmin(feedback),
         "fb_max": seg.nanmax(feedback),
         "followup": _take(table, "followup_text", fu_row),
     }).with_columns(C("fb_min", "fb_max").fill_nan(None))  # fmt: skip
-    tests_passed = pl.Series("tests_passed", [None] * first.size, dtype=pl.Boolean)
+    tests_passed = pl.repeat(None, first.size, dtype=pl.Boolean, eager=True).alias("tests_passed")
     tests = s.get_column("tests")
     if tests.null_count() < s.height:  # the optional correctness column: its last value by turn
         last = seg.last_valid(tests.is_not_null().to_numpy())
@@ -284,21 +318,22 @@ def _episode_facts(s: pl.DataFrame, seg: Segments, table: pa.Table, first: np.nd
 def _prompt_hash(table: pa.Table, rows: np.ndarray) -> pl.Series:
     """A 64-bit hash of the prompt ids at each of `rows` (null for a missing or empty prompt).
 
-    Only the selected prompts are copied out of the memory map (a take per record batch: a
-    take over the whole chunked column is far slower). The hash is polars' (fixed seed):
-    equal prompts always share a key; the key's digits may change with the polars version.
+    Only the selected prompts are copied out of the memory map, record batch by record batch,
+    and each batch's copy is dropped once hashed (a contiguous copy of every prompt would
+    cost more than the hash). The hash is polars' (fixed seed): equal prompts always share a
+    key; the key's digits may change with the polars version.
     """
-    perm = np.argsort(rows, kind="stable")  # record batch by record batch, then back in order
-    ordered, parts, base = rows[perm], [], 0
+    perm = np.argsort(rows, kind="stable")  # batch by batch, then back in the order asked
+    ordered, hashes, base = rows[perm], [], 0
     for chunk in table.column("prompt_ids").chunks:
-        local = ordered[(ordered >= base) & (ordered < base + len(chunk))] - base
-        base += len(chunk)
-        parts.append(pl.Series(chunk.take(pa.array(local))))
-    prompts = pl.concat(parts) if parts else pl.Series([], dtype=pl.List(pl.Int32))
-    h = prompts.hash(seed=PROMPT_SEED)
-    empty = prompts.is_null() | (prompts.list.len() == 0)
-    h = pl.select(pl.when(~empty).then(h)).to_series().alias("prompt")
-    return h.gather(np.argsort(perm)) if rows.size else h
+        lo, hi = np.searchsorted(ordered, [base, base + len(chunk)])
+        local, base = ordered[lo:hi] - base, base + len(chunk)
+        if local.size:
+            prompts = pl.Series(chunk.take(pa.array(local)))
+            empty = prompts.is_null() | (prompts.list.len() == 0)
+            hashes.append(prompts.hash(seed=PROMPT_SEED).set(empty, None))
+    h = pl.concat(hashes) if hashes else pl.Series([], dtype=pl.UInt64)
+    return h.gather(np.argsort(perm)).alias("prompt")
 
 
 def _success(e: pl.DataFrame, min_persist: float) -> pl.DataFrame:
@@ -316,14 +351,18 @@ def _success(e: pl.DataFrame, min_persist: float) -> pl.DataFrame:
 
 def _next_success(e: pl.DataFrame) -> pl.DataFrame:
     """Whether the next episode of the same session (by start time) succeeded."""
-    ses = dense_codes(e.get_column("session_id")).to_numpy()
+    # A sample logged without a session is a session of its own.
+    sessions = e.get_column("session_id")
+    if sessions.null_count():
+        sessions = e.select(C("session_id").fill_null(pl.lit("\x00") + C("_ep").cast(pl.String))).to_series()
+    ses = dense_codes(sessions).to_numpy()
     start = e.get_column("start").to_numpy()
     seg = Segments(ses, start)  # episodes by (session, start): identity for collect's layout
-    ses_sorted, succ_sorted = seg._sorted(ses), seg._sorted(e.get_column("success").to_numpy())
+    ses_sorted, succ_sorted = seg.in_order(ses), seg.in_order(e.get_column("success").to_numpy())
     # The next episode in that order belongs to the same session, and it succeeded.
     nxt_sorted = np.r_[(ses_sorted[1:] == ses_sorted[:-1]) & succ_sorted[1:], False]
     nxt = np.zeros(e.height, dtype=bool)
-    nxt[seg._rows(np.arange(e.height))] = nxt_sorted
+    nxt[seg.rows_at(np.arange(e.height))] = nxt_sorted
     return e.with_columns(next_success=pl.Series(nxt))
 
 

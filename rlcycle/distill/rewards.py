@@ -61,11 +61,11 @@ def compute(samples: pl.DataFrame, episodes: pl.DataFrame, table: pa.Table, spec
         if not s.builtin:
             raw = pl.lit(_custom_values(s, table, samples.height))
         elif BUILTINS[s.name].on_episodes:  # one value per episode, copied onto its samples
-            raw = pl.lit(episodes.select(_raw_expr(s).cast(pl.Float64)).to_series().gather(ep))
+            raw = pl.lit(episodes.select(_raw_expr(s).cast(pl.Float32)).to_series().gather(ep))
         else:
             raw = _raw_expr(s)
-        exprs.append(_shape(_credited(raw, s, credit).cast(pl.Float64), s).cast(pl.Float32).alias(s.name))
-    # One pass, the signals in parallel; parts are float32 as in the output (sums stay float64).
+        exprs.append(_shape(_credited(raw, s, credit).cast(pl.Float32), s).alias(s.name))
+    # One pass, the signals in parallel, in float32 as written (the sums below are float64).
     shaped = samples.select(exprs)
     coverage = {name: shaped.height - shaped.get_column(name).null_count() for name in spec.names()}
     # Null (no value) and NaN (e.g. a NaN latency) both count as 0.
@@ -112,7 +112,8 @@ def _shape(x: pl.Expr, s: SignalSpec) -> pl.Expr:
     y = TRANSFORMS[s.transform](x)
     if s.clip is not None:
         y = y.clip(s.clip[0], s.clip[1])
-    return y * s.weight + 0.0  # + 0.0 turns the -0.0 of a negative weight times 0 into 0.0
+    # + 0.0 turns the -0.0 of a negative weight times 0 into 0.0.
+    return (y * pl.lit(s.weight, pl.Float32) + pl.lit(0.0, pl.Float32)).cast(pl.Float32)
 
 
 def cap_scales(mass: dict[str, float], caps: dict[str, float]) -> tuple[dict[str, float], list[str]]:

@@ -92,7 +92,7 @@ class RewardSpec:
 
     def digest(self) -> str:
         """A content hash of the resolved spec (recorded in the output's metadata)."""
-        body = json.dumps({"signals": [asdict(s) for s in self.signals], "distill": self.distill}, sort_keys=True)
+        body = json.dumps({"signals": [asdict(s) for s in self.signals], "distill": self.distill}, sort_keys=True, default=str)
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 

@@ -51,6 +51,7 @@ from rlcycle.schema import EXAMPLES, TRAJECTORIES, check, conform
 
 REPORT_NAME = "reward_report.json"
 OUTPUT_COLUMNS = ("reward", "reward_parts", "group_key", "advantage", "weight", "excluded")
+REASONS = ("", "no_completion", "no_group", "flat_group")  # `excluded` values; "" = included
 
 
 @dataclass
@@ -129,7 +130,11 @@ def default_report_path(out: str) -> str:
 
 def run(config: DistillConfig, trajectories: str, out: str, spec: RewardSpec | None = None,
         report: str | None = None, quiet: bool = False) -> DistillResult:  # fmt: skip
-    """Distill `trajectories` (path or `-`) into examples at `out` (path or `-`)."""
+    """Distill `trajectories` (path or `-`) into examples at `out` (path or `-`).
+
+    The report goes to `report` (default: beside `out`); warnings and named reward hacks also
+    go to stderr unless `quiet`.
+    """
     started = time.monotonic()
     spec = spec or default_spec()
     rio.format_for_output(out)  # a bad extension fails before any work
@@ -142,23 +147,19 @@ def run(config: DistillConfig, trajectories: str, out: str, spec: RewardSpec | N
     s = feats.samples
     ep = s.get_column("_ep").to_numpy()
     groups = advantages.assign(feats.episodes, config.group_keys, config.min_group_size)
-    group = groups.code[ep] if groups.code.size else np.zeros(0, np.int64)
+    group = groups.code.astype(np.int32)[ep] if groups.code.size else np.zeros(0, np.int32)
     no_completion = s.get_column("n_tokens").to_numpy() == 0
     adv = advantages.compute(rw.reward, group, ~no_completion, config.normalization, config.std_eps, config.flat_tol)
-    # Exclusion reasons, first match wins; an invalid tool call is never excluded for flatness.
-    invalid = s.get_column("n_invalid").to_numpy() > 0
-    flat = adv.flat_rows & config.exclude_flat_groups & ~invalid
-    reason = np.select([no_completion, group < 0, flat], [1, 2, 3], 0)
-    reasons = ["", "no_completion", "no_group", "flat_group"]
-    counts = np.bincount(reason, minlength=4)
+    reason = _exclusions(no_completion, group, adv, s.get_column("n_invalid").to_numpy() > 0, config)
+    counts = np.bincount(reason, minlength=len(REASONS))
     result.episodes = feats.episodes.height
     result.included = int(counts[0])
-    result.excluded = {reasons[i]: int(counts[i]) for i in (1, 2, 3) if counts[i]}
+    result.excluded = {REASONS[i]: int(c) for i, c in enumerate(counts) if i and c}
     result.groups = _group_summary(groups, adv, config)
     result.signals = _signal_summary(spec, rw, config.credit)
     result.reward = _stats(rw.reward)
     result.advantage = _stats(adv.advantage[reason == 0])
-    columns = _output_columns(spec, rw, groups, group, adv.advantage, reason, reasons)
+    columns = _output_columns(spec, rw, groups, group, adv.advantage, reason)
     with ThreadPoolExecutor(1) as pool:  # the examples file is written while the monitors run
         written = pool.submit(_write, table, columns, out, spec, config)
         result.per_policy_version = monitors.per_version(feats, rw.parts, rw.reward)
@@ -187,6 +188,8 @@ def _read(path: str, config: DistillConfig) -> pa.Table:
     ]
     if table.num_rows == 0:
         problems.append(f"{source}: no trajectories (0 rows)")
+    if table.column("episode_id").null_count:  # episodes are what the rewards are about
+        problems.append(f"{source}: episode_id is null in {table.column('episode_id').null_count:,} row(s)")
     if problems:
         raise InputError("; ".join(problems), hint="`rlcycle inspect` the input; group keys are prompt, batch or a column")
     # Re-distilling an examples file would stack a second set of outputs: refuse the ambiguity.
@@ -196,7 +199,17 @@ def _read(path: str, config: DistillConfig) -> pa.Table:
     return table
 
 
-def _output_columns(spec, rw, groups, group, advantage, reason, reasons) -> dict[str, pa.Array]:
+def _exclusions(no_completion, group, adv: advantages.Advantages, invalid, config) -> np.ndarray:
+    """Per sample, the index of its exclusion reason in REASONS (0: included); first one wins.
+
+    A sample with an invalid tool call is never excluded for being in a flat group: its
+    penalty is the whole point (DESIGN.md, the first reward hack).
+    """
+    flat = adv.flat_rows & config.exclude_flat_groups & ~invalid
+    return np.select([no_completion, group < 0, flat], [np.int8(1), np.int8(2), np.int8(3)], np.int8(0))
+
+
+def _output_columns(spec, rw, groups, group, advantage, reason) -> dict[str, pa.Array]:
     excluded = reason > 0
     parts = pa.StructArray.from_arrays(
         [pa.array(rw.parts[n], pa.float32()) for n in spec.names()], names=spec.names()
@@ -204,14 +217,14 @@ def _output_columns(spec, rw, groups, group, advantage, reason, reasons) -> dict
     # Dictionary arrays (small integer codes + the distinct labels), cast to plain strings.
     labels = groups.labels.to_arrow().cast(pa.string()) if len(groups.labels) else pa.array([""])
     gk = pa.DictionaryArray.from_arrays(pa.array(np.maximum(group, 0).astype(np.int32), mask=group < 0), labels)
-    why = pa.DictionaryArray.from_arrays(pa.array(reason.astype(np.int32), mask=~excluded), pa.array(reasons))
+    why = pa.DictionaryArray.from_arrays(pa.array(reason.astype(np.int32), mask=~excluded), pa.array(REASONS))
     adv = advantage.astype(np.float32)
     return {
         "reward": pa.array(rw.reward.astype(np.float32)),
         "reward_parts": parts,
         "group_key": gk.cast(pa.string()),
         "advantage": pa.array(adv, mask=np.isnan(adv)),
-        "weight": pa.array(np.where(excluded, 0.0, 1.0).astype(np.float32)),
+        "weight": pa.array((~excluded).astype(np.float32)),
         "excluded": why.cast(pa.string()),
     }
 

@@ -44,6 +44,7 @@ class EvalConfig(GateConfig):
     temperature: float = cfg(1.0, help="Sampling temperature of both policies.")
     retries: int = cfg(1, help="Retries of an episode whose sandbox broke before it counts as error.")
     tokenizer: str | None = cfg(None, help="Tokenizer for scripted policies (default: sample_data/tokenizer).")
+    max_tasks: int | None = cfg(None, help="Evaluate at most this many tasks, taken round-robin over clusters (none = all).")
 
     def validate(self) -> list[str]:
         problems = super().validate()
@@ -84,7 +85,7 @@ def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path
     if out.suffix not in (".arrow", ".parquet"):
         raise InputError(f"-o {out}: expected an .arrow or .parquet path for the eval results",
                          hint="e.g. -o runs/c1/eval/eval_results.arrow")
-    tasks = load_suite(tasks_dir)
+    tasks = pick_tasks(load_suite(tasks_dir), config.max_tasks)
     if not tasks:
         raise InputError(f"{tasks_dir}: no tasks", hint="`rlcycle tasks ls DIR` lists a suite")
     runner = RunnerConfig(max_turns=config.max_turns, max_new_tokens=config.max_new_tokens,
@@ -95,8 +96,20 @@ def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path
     cand_name, base_name = f"candidate:{cand.name}", f"baseline:{base.name}"
     episodes = []
     with SandboxPool(size=config.sandboxes) as pool:
-        for resolved, name in ((cand, cand_name), (base, base_name)):
-            episodes += run_episodes(resolved.policy, name, tasks, pool, runner, attempts=config.attempts, seed=config.seed)
+        # The first episodes of a process pay one-off costs (allocator growth, kernel caches at
+        # new prompt sizes, cold sandboxes): one discarded warm-up round per policy, on the real
+        # path, so the latency gate compares the models rather than the run order.
+        for resolved in (cand, base):
+            if not resolved.name.startswith("scripted:"):
+                run_episodes(resolved.policy, "warm-up", tasks[: config.sandboxes], pool, runner, seed=config.seed)
+        # ABBA order (candidate, baseline on one half of the tasks; baseline, candidate on the
+        # other): a machine that gets slower or faster during the run biases neither policy.
+        halves = (tasks[0::2], tasks[1::2])
+        plan = [(cand, cand_name, halves[0]), (base, base_name, halves[0]),
+                (base, base_name, halves[1]), (cand, cand_name, halves[1])]  # fmt: skip
+        for resolved, name, part in plan:
+            if part:
+                episodes += run_episodes(resolved.policy, name, part, pool, runner, attempts=config.attempts, seed=config.seed)
     table = _rows(episodes)
     verdict = decide_from_table(table, cand_name, base_name, config)
     verdict.update({
@@ -109,6 +122,22 @@ def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path
     rio.write_table(table, out)
     rio.atomic_write_text(verdict_path, json.dumps(verdict, indent=2, default=str) + "\n")
     return EvalResult(str(out), str(verdict_path), verdict, time.monotonic() - started)
+
+
+def pick_tasks(tasks: list, limit: int | None) -> list:
+    """At most `limit` tasks, round-robin over clusters so each repo stays represented."""
+    if limit is None or limit >= len(tasks):
+        return tasks
+    by_cluster: dict[str, list] = {}
+    for t in sorted(tasks, key=lambda t: t.id):
+        by_cluster.setdefault(t.cluster, []).append(t)
+    picked, i = [], 0
+    while len(picked) < limit:
+        for group in by_cluster.values():
+            if i < len(group) and len(picked) < limit:
+                picked.append(group[i])
+        i += 1
+    return picked
 
 
 def decide_from_table(table: pa.Table, candidate: str, baseline: str, gates: GateConfig) -> dict[str, Any]:

@@ -84,7 +84,8 @@ def policy_metrics(rows: pl.DataFrame, k: int) -> dict[str, Any]:
         "mean_tokens": float(ok["tokens"].mean()),
         "mean_latency_ms": float(ok["latency_ms"].mean()),
         # Per model call: an agent that takes more turns to solve a task is not "slower" per se.
-        "latency_per_call_ms": float(ok["latency_ms"].sum() / max(1, ok["turns"].sum())),
+        # The median episode's latency per call: robust to the odd stall of a shared machine.
+        "latency_per_call_ms": float((ok["latency_ms"] / ok["turns"].clip(lower_bound=1)).median()),
     }
 
 

@@ -1,0 +1,57 @@
+"""`rlcycle cycle`: the whole loop in one run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rlcycle import console
+from rlcycle.errors import RlcycleError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "cycle",
+        help=(
+            "Chain collect, distill, train, eval and deploy in one run directory. Stages whose "
+            "inputs and config are unchanged are skipped; a crashed cycle resumes at its first "
+            "unfinished stage; one cycle runs at a time. Exit 3 when the eval gate refused "
+            "(nothing deployed).\n\n"
+            "With no arguments it runs on the bundled sample data with the tiny default model.\n\n"
+            "Examples:\n\n"
+            "  rlcycle cycle\n\n"
+            "  rlcycle cycle --config cycle.toml --run-dir runs/$(date +%F-%H) --json\n\n"
+            "  rlcycle cycle --run-dir runs/c1 --from train --force"
+        ),
+    )
+    def cycle(
+        config: Path = typer.Option(None, "--config", help="Cycle config (TOML; [cycle] table or top level)."),
+        run_dir: str = typer.Option(None, "--run-dir", help="Run directory (default runs/cycle)."),
+        source: str = typer.Option(None, "--source", help="logs or simulate."),
+        events: list[str] = typer.Option(None, "--events", help="Event logs for source=logs (repeatable)."),
+        set_: list[str] = typer.Option(None, "--set", help="Override a top-level key: --set source=simulate."),
+        from_stage: str = typer.Option(None, "--from", help="First stage to run (earlier ones are skipped)."),
+        until_stage: str = typer.Option(None, "--until", help="Last stage to run."),
+        force: bool = typer.Option(False, "--force", help="Rerun the selected stages even when cached."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Show what would run; run nothing."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    ) -> None:
+        from rlcycle import cycle as stage
+
+        cfg = stage.load_config(config, set_, {"run_dir": run_dir, "source": source, "events": events or None})
+        result = stage.Cycle(cfg, force=force, dry_run=dry_run, from_stage=from_stage,
+                             until_stage=until_stage, quiet=quiet).run()  # fmt: skip
+        if as_json:
+            console.print_json(result.as_dict())
+        else:
+            for s in result.stages:
+                typer.echo(f"{s.name:<9} {s.status:<10} {s.seconds:7.1f}s  " + " ".join(f"{k}={v}" for k, v in s.outputs.items()))
+            typer.echo(f"decision: {result.decision}  deployed: {result.deployed}")
+        if result.exit_code:
+            raise RlcycleError(
+                "the eval gate refused the candidate; nothing was deployed" if result.exit_code == 3
+                else f"the cycle stopped: eval gave no verdict ({result.decision})",
+                hint=f"see {cfg.run_dir}/eval/verdict.json", exit_code=result.exit_code,
+            )
