@@ -204,6 +204,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():
+            os.chmod(tmp_path, 0o644)  # mkstemp makes 0600; an artifact is for other readers too
         os.replace(tmp_path, target)
     except BaseException:
         tmp_path.unlink(missing_ok=True)

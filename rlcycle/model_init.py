@@ -156,8 +156,9 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
         tok.save_pretrained(tmp)
         digest = _sha256(tmp / "model.safetensors")
         lineage = {
-            "id": f"sha256:{digest}", "parent_id": None,
-            "data_hashes": {"warm_start_demos": warm["demos_sha256"]} if warm else {},
+            # The same keys train writes (rlcycle/train/checkpoint.py): id, parent, lineage, data.
+            "id": f"sha256:{digest}", "parent": None, "lineage": [f"sha256:{digest}"],
+            "data": [{"name": "warm_start_demos", "sha256": warm["demos_sha256"]}] if warm else [],
             "config": {"init_model": asdict(config)}, "metrics": {"warm_start": warm} if warm else {},
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "created_by": "rlcycle init-model",

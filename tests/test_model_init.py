@@ -62,7 +62,7 @@ def test_loads_with_auto_classes_as_is(seed0):
     assert tok.chat_template and 2 in model.generation_config.eos_token_id
     lineage = json.loads(open(f"{seed0.path}/rlcycle.json").read())
     digest = hashlib.sha256(open(f"{seed0.path}/model.safetensors", "rb").read()).hexdigest()
-    assert lineage["id"] == f"sha256:{digest}" == seed0.checkpoint_id and lineage["parent_id"] is None
+    assert lineage["id"] == f"sha256:{digest}" == seed0.checkpoint_id and lineage["parent"] is None and lineage["lineage"] == [lineage["id"]]
     assert 3_900_000 < seed0.n_params < 4_100_000
 
 
@@ -126,4 +126,4 @@ def test_cli_warm_start_trains_on_reference_transcripts(app, tmp_path):
     assert warm["tasks"] == 2 and warm["steps"] == 2 and warm["tokens_trained"] > 0
     assert warm["first_loss"] > 5 and 0 <= warm["valid_first_calls"] <= 2
     lineage = json.loads((tmp_path / "m" / "rlcycle.json").read_text())
-    assert lineage["metrics"]["warm_start"]["demos_sha256"] == lineage["data_hashes"]["warm_start_demos"]
+    assert lineage["metrics"]["warm_start"]["demos_sha256"] == lineage["data"][0]["sha256"]
