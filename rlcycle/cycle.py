@@ -294,10 +294,13 @@ class Cycle:
         return c, inputs, {"trajectories": str(out)}, work
 
     def _stage_distill(self):
+        from rlcycle.config import load_toml
         from rlcycle.distill.spec import load_spec
         from rlcycle.distill.stage import DistillConfig, run
 
-        c = self._sub(DistillConfig, "distill")
+        # The spec's own [distill] table first, then the cycle config's (as the CLI layers them).
+        table = {**load_toml(self.config.reward_spec).get("distill", {}), **self.config.distill}
+        c = resolve(DistillConfig, data=table, data_origin=f"{self.config.reward_spec} [distill] + cycle config [distill]")
         traj = self._path("collect", "trajectories.arrow")
         out = self._path("distill", "examples.arrow")
         inputs = {"trajectories": content_hash([traj]) if traj.exists() else "pending", "spec": content_hash([self.config.reward_spec])}
