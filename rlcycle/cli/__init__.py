@@ -57,6 +57,7 @@ def _register() -> None:
         eval_cmd,
         inspect_cmd,
         model_cmd,
+        report_cmd,
         simulate_cmd,
         tasks_cmd,
         train_cmd,
@@ -69,6 +70,7 @@ def _register() -> None:
     eval_cmd.register(app)
     deploy_cmd.register(app)
     cycle_cmd.register(app)
+    report_cmd.register(app)
     simulate_cmd.register(app)
     model_cmd.register(app)
     app.add_typer(tasks_cmd.app, name="tasks")

@@ -1,0 +1,46 @@
+"""`rlcycle report RUN_DIR`: one self-contained HTML page about a cycle's run directory."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from rlcycle import console
+from rlcycle.errors import InputError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "report",
+        help=(
+            "Write one self-contained HTML report of a cycle's run directory: stage timings and "
+            "the decision, reward parts and hack monitors per policy version, online metrics "
+            "with 95% confidence intervals, the eval comparison with every gate, and training "
+            "curves. Stages that did not run get a 'not available' section. Prints the path.\n\n"
+            "Examples:\n\n"
+            "  rlcycle report runs/cycle\n\n"
+            "  rlcycle report runs/2026-12-02-10 -o latest.html --json\n\n"
+            "  rlcycle report runs/cycle -o - | gzip > report.html.gz"
+        ),
+    )
+    def report(
+        run_dir: str = typer.Argument(..., help="A run directory written by `rlcycle cycle --run-dir`."),
+        output: str = typer.Option(None, "--output", "-o", help="Where to write the HTML (default RUN_DIR/report.html); - for stdout."),
+        as_json: bool = typer.Option(False, "--json", help='Print {"report": path, "sections": [...]}.'),
+    ) -> None:
+        from rlcycle import report as stage
+
+        if output == "-":  # the page itself is the result
+            if as_json:
+                raise InputError("--json and -o - both want stdout", hint="pass -o FILE with --json")
+            sys.stdout.write(stage.render(run_dir)[0])
+            return
+        result = stage.run(run_dir, output)
+        if as_json:
+            console.print_json(result.as_dict())
+            return
+        missing = [s for s in result.sections if not s["available"]]
+        for s in missing:
+            console.info(f"report: {s['title']}: not available ({s['why']})")
+        typer.echo(result.report)
