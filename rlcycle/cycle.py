@@ -61,8 +61,12 @@ class CycleConfig:
     distill: dict[str, Any] = cfg({}, help="DistillConfig keys.")
     train: dict[str, Any] = cfg({"max_steps": 2, "batch_size": 8, "lr": 1e-5, "max_policy_lag": -1, "save_every": 1},
                                 help="TrainConfig keys (the defaults keep the sample cycle to minutes on CPU).")
+    # latency_noise_ms: on a CPU the first calls at each new prompt shape cost seconds, which
+    # swamps the tiny model's ~0.2 s calls; the sample cycle tolerates that, production configs
+    # (GPU serving) should keep the EvalConfig default of 20 ms.
     eval: dict[str, Any] = cfg({"attempts": 1, "max_tasks": 12, "max_new_tokens": 48, "max_turns": 4, "sandboxes": 2,
-                                "min_paired_tasks": 5}, help="EvalConfig keys (gates included).")
+                                "min_paired_tasks": 5, "latency_noise_ms": 10000.0},
+                               help="EvalConfig keys (gates included; see the latency note in rlcycle/cycle.py).")
     deploy: dict[str, Any] = cfg({}, help="DeployConfig keys (hook, canary_fraction, ...).")
 
     def validate(self) -> list[str]:
@@ -229,7 +233,9 @@ class Cycle:
             info(f"[cycle] {msg}")
 
     def _sub(self, cls: type, table: str) -> Any:
-        return resolve(cls, data=getattr(self.config, table), data_origin=f"cycle config [{table}]")
+        # A [cycle.<stage>] table in a config file adds to the sample defaults, key by key.
+        default = next(f for f in dataclasses.fields(CycleConfig) if f.name == table).default_factory()  # type: ignore[misc]
+        return resolve(cls, data={**default, **getattr(self.config, table)}, data_origin=f"cycle config [{table}]")
 
     def _path(self, stage: str, name: str) -> Path:
         return self.run_dir / stage / name
@@ -299,7 +305,7 @@ class Cycle:
         from rlcycle.distill.stage import DistillConfig, run
 
         # The spec's own [distill] table first, then the cycle config's (as the CLI layers them).
-        table = {**load_toml(self.config.reward_spec).get("distill", {}), **self.config.distill}
+        table = {**load_toml(self.config.reward_spec).get("distill", {}), **self.config.distill}  # default: {}
         c = resolve(DistillConfig, data=table, data_origin=f"{self.config.reward_spec} [distill] + cycle config [distill]")
         traj = self._path("collect", "trajectories.arrow")
         out = self._path("distill", "examples.arrow")
