@@ -319,7 +319,6 @@ class Cycle:
 
     def _stage_train(self):
         from rlcycle.train.config import TrainConfig
-        from rlcycle.train.stage import run
 
         c = self._sub(TrainConfig, "train")
         examples = self._path("distill", "examples.arrow")
@@ -327,6 +326,8 @@ class Cycle:
         inputs = {"examples": content_hash([examples]) if examples.exists() else "pending", "base": self.base_id}
 
         def work() -> dict:
+            from rlcycle.train.stage import run  # imports torch: only when train really runs
+
             r = run(c, str(examples), self.base_path, out, overwrite=True, quiet=self.quiet)
             return {"checkpoint_id": r.checkpoint_id, "steps": r.steps}
 
@@ -359,8 +360,14 @@ class Cycle:
 
         def work() -> dict:
             cid = _ckpt_id(ckpt)
-            if Registry().aliases().get(c.alias) == cid:
+            reg = Registry()
+            if reg.aliases().get(c.alias) == cid:
                 return {"status": "up_to_date", "checkpoint_id": cid}
+            hist = reg.history().to_pylist()
+            if any(h["action"] == "promote" and h["checkpoint_id"] == cid for h in hist):
+                # Re-running an old run dir must not roll production back to its checkpoint:
+                # that takes an explicit `rlcycle deploy` (or `rlcycle rollback`).
+                return {"status": "superseded", "checkpoint_id": cid}
             r = deploy.run(c, ckpt, verdict)
             return {"checkpoint_id": r.checkpoint_id, "previous_id": r.previous_id, "action": r.action}
 

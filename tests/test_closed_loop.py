@@ -1,0 +1,141 @@
+"""scripts/closed_loop.py: two simulate-sourced cycles through the real CLI stay on-policy, and the
+A/B metrics are the right numbers on a hand-made trajectories table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def loop():
+    spec = importlib.util.spec_from_file_location("closed_loop", REPO / "scripts" / "closed_loop.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["closed_loop"] = mod  # dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# --- the metrics, by hand ---------------------------------------------------------------------
+
+CALL = pl.Struct({"call_id": pl.String, "name": pl.String, "arguments": pl.String, "status": pl.String})
+SCHEMA = {"session_id": pl.String, "episode_id": pl.String, "policy_version": pl.String,
+          "latency_ms": pl.Float64, "n_invalid_tool_calls": pl.Int32, "edit_lines_proposed": pl.Int32,
+          "edit_lines_surviving": pl.Int32, "followup_text": pl.String, "tool_calls": pl.List(CALL),
+          "completion_ids": pl.List(pl.Int32)}  # fmt: skip
+ASK = [{"call_id": "c0", "name": "ask_user", "arguments": "{}", "status": "ok"}]
+READ = [{"call_id": "c0", "name": "read_file", "arguments": "{}", "status": "ok"}]
+ROWS = [
+    # version A, session s1: one episode, two samples; an edit 10 -> 5 lines; a complaint
+    ("s1", "e1", "A", 100.0, 1, 10, 5, "that's wrong, it still fails", READ, [1, 2, 3]),
+    ("s1", "e1", "A", 200.0, 0, None, None, "that's wrong, it still fails", [], [4]),
+    # s2: an edit that fully survived, a satisfied user
+    ("s2", "e2", "A", 300.0, 0, 4, 4, "thanks, works", READ, [5, 6]),
+    # s3: a clarifying question (its follow-up is an answer: left out), then an episode with an
+    # edit whose outcome has not arrived (left out of persistence) and a complaint the built-in
+    # classifier scores neutral
+    ("s3", "e3a", "A", 400.0, 1, None, None, "I already said what I want. Please just make the change.", ASK, [7, 8, 9, 10]),
+    ("s3", "e3b", "A", 600.0, 0, 2, None, "you didn't change anything?", READ, [11, 12]),
+    # version B: one session, no edit, no follow-up
+    ("s4", "e4", "B", 50.0, 0, None, None, None, [], [1, 2, 3, 4, 5]),
+]
+
+
+def test_online_metrics_on_a_hand_made_table(loop):
+    traj = pl.DataFrame(ROWS, schema=SCHEMA, orient="row")
+    m = loop.online_metrics(traj)
+    assert list(m) == ["A", "B"]  # order of first appearance
+    a = m["A"]
+    # persistence: (5 + 4) / (10 + 4) over sessions s1, s2 (s3's outcome has not arrived);
+    # delta-method SE: sqrt(2/1 * ((5 - 10r)^2 + (4 - 4r)^2)) / 14 = 2.857143 / 14
+    p = a["edit_persistence"]
+    assert (p.num, p.den, p.units) == (9, 14, 2)
+    assert p.value == pytest.approx(9 / 14)
+    assert p.se == pytest.approx(0.2040816, abs=1e-6)
+    assert p.lo == pytest.approx(9 / 14 - 1.959964 * 0.2040816, abs=1e-5) and p.hi == 1.0  # clipped at 1
+    # latency: 1600 ms / 5 calls; session totals 300/2, 300/1, 1000/2 -> SE sqrt(3/2 * 245600) / 5
+    lat = a["latency_ms"]
+    assert lat.value == pytest.approx(320.0) and lat.se == pytest.approx(121.39192, abs=1e-4)
+    assert lat.lo == pytest.approx(320 - 1.959964 * 121.39192, abs=1e-3)
+    # invalid calls: 2 of 5 model calls
+    assert a["invalid_per_sample"].value == pytest.approx(0.4)
+    assert a["tokens_per_call"].value == pytest.approx(12 / 5)
+    # follow-ups: e1 (complaint), e2 (thanks), e3b (complaint the classifier misses); e3a asked
+    d = a["dissatisfied_rate"]
+    assert (d.num, d.den) == (1, 3) and d.value == pytest.approx(1 / 3)
+    assert (d.lo, d.hi) == (pytest.approx(0.0615, abs=1e-4), pytest.approx(0.7923, abs=1e-4))  # Wilson, 1 of 3
+    assert a["dissatisfied_truth"].value == pytest.approx(2 / 3)
+    assert a["counts"] == {"sessions": 3, "episodes": 4, "samples": 5, "followups": 3, "asked": 1,
+                           "edits_with_outcome": 2, "complaints_missed": 1}  # fmt: skip
+    b = m["B"]
+    assert b["edit_persistence"].value is None and b["dissatisfied_rate"].value is None
+    assert b["latency_ms"].value == 50.0 and b["latency_ms"].lo is None  # one session: no interval
+    ab = loop.ab_table(m)["B"]
+    assert ab["latency_ms"]["diff"].value == pytest.approx(-270.0) and ab["latency_ms"]["call"] == "n/a"
+    assert ab["edit_persistence"]["call"] == "n/a"
+
+
+def test_differences_and_calls(loop):
+    # Newcombe (1998), example (a): 56/70 vs 48/80 -> +0.2000 [0.0524, 0.3339]
+    d = loop.difference(loop.wilson(48, 80), loop.wilson(56, 70))
+    assert d.value == pytest.approx(0.2) and (d.lo, d.hi) == (pytest.approx(0.0524, abs=1e-4), pytest.approx(0.3339, abs=1e-4))
+    assert loop._call(d, -1) == "worse" and loop._call(d, +1) == "better"
+    # ratios: independent arms, SEs combined
+    a = loop.ratio_estimate([100.0, 300.0], [1, 1])  # 200, SE sqrt(2 * 2 * 100^2) / 2 = 100
+    b = loop.ratio_estimate([150.0, 250.0, 200.0], [1, 1, 1])
+    assert a.se == pytest.approx(100.0)
+    diff = loop.difference(a, b)
+    assert diff.value == pytest.approx(0.0) and diff.se == pytest.approx(math.hypot(100.0, b.se))
+    assert loop._call(diff, -1) == "no change detected"
+
+
+def test_cycle_config_and_sets(loop):
+    import tomllib
+
+    sets = loop.parse_sets(["train.lr=1e-4", "eval.max_tasks=5", 'simulate.run_id="x"'])
+    assert sets == {"train.lr": 1e-4, "eval.max_tasks": 5, "simulate.run_id": "x"}
+    cfg = tomllib.loads(loop.cycle_toml(2, 7, "/t", sets))["cycle"]
+    assert cfg["source"] == "simulate" and cfg["tasks"] == "/t"
+    assert cfg["simulate"]["seed"] == 2 and cfg["simulate"]["episodes"] == 7
+    assert cfg["train"]["lr"] == 1e-4 and cfg["eval"]["max_tasks"] == 5
+
+
+# --- two cycles through the real CLI ------------------------------------------------------------
+
+TINY = ["--set", "simulate.max_new_tokens=8", "--set", "simulate.max_turns=1", "--set", "train.max_steps=1",
+        "--set", "eval.max_tasks=5", "--set", "eval.max_new_tokens=8", "--set", "eval.max_turns=1",
+        "--set", "eval.max_latency_ratio=5.0"]  # fmt: skip
+
+
+@pytest.mark.docker
+def test_two_cycles_stay_on_policy(loop, tmp_path, docker_client, capsys):
+    out = tmp_path / "loop"
+    code = loop.main(["--cycles", "2", "--episodes", "4", "--out", str(out), "--no-measure", "--json", "-q", *TINY])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    first, second = (json.loads((out / f"cycle-{k}.json").read_text()) for k in (1, 2))
+    assert first["decision"] == "accept" and first["deployed"]
+
+    def served(run: str) -> set[str]:
+        events = (json.loads(line) for line in (out / run / "simulate" / "events.jsonl").open())
+        return {e["policy_version"] for e in events if e["type"] == "completion"}
+
+    # cycle 2 sampled from the checkpoint cycle 1 deployed; cycle 1 from the bootstrap model
+    bootstrap = json.loads((out / "cycle-1" / "run.json").read_text())["base_id"]
+    assert served("cycle-1") == {bootstrap}
+    assert served("cycle-2") == {first["deployed"]} != {bootstrap}
+    assert json.loads((out / "cycle-2" / "run.json").read_text())["base_id"] == first["deployed"]
+    # the report: one row per served version, in order, with its sessions
+    assert [v["id"] for v in report["versions"]] == [bootstrap, first["deployed"]]
+    assert [report["metrics"][v]["counts"]["sessions"] for v in (bootstrap, first["deployed"])] == [4, 4]
+    assert [c["decision"] for c in report["cycles"]] == ["accept", second["decision"]]
+    assert report["verdict"]["improved"] in (True, False) and report["verdict"]["summary"]
+    assert (out / "report.txt").read_text().startswith("Cycles")
