@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -47,8 +48,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from rlcycle import collect_join, redact
 from rlcycle import io as rio
-from rlcycle import redact
+from rlcycle.collect_join import SESSION_HASH
 from rlcycle.config import cfg
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
@@ -225,14 +227,15 @@ def _quarantine(bad: BadRecord, result: CollectResult, qwriter, patterns, strict
     qwriter.write_line(json.dumps({**bad.as_dict(), "record": record}, ensure_ascii=False))
 
 
+_QUOTED_VALUE = re.compile(r"(?<!field )(?<!column )(?<!type )'[^']*'")
+_COUNT = re.compile(r"\b\d+ (?=complet)")  # "2 completion_ids", "3 complete batch(es)"
+
+
 def _reason_kind(reason: str) -> str:
-    """A short category for the summary: the reason up to its first detail."""
-    for sep in (" at column", ":", " ("):
-        if sep in reason:
-            head = reason.split(sep)[0]
-            if head:
-                return head if sep != ":" else head + ": " + reason.split(":")[1].split("'")[0].strip()
-    return reason
+    """A short category for the summary: the reason without its details (column, the value
+    that was given, counts), keeping which field, column or event type it is about."""
+    head = reason.split(" at column")[0].split(", got ")[0].split(" (")[0]
+    return _QUOTED_VALUE.sub("'…'", _COUNT.sub("N ", head))
 
 
 # --- pass 1: partition by session ----------------------------------------------------------------
@@ -243,9 +246,6 @@ _KEEP = [
     "prompt_ids", "completion_ids", "completion_logprobs", "tool_calls", "latency_ms", "temperature",
     "call_id", "status", "error", "lines_proposed", "lines_surviving", "text", "value", "kind",
 ]  # fmt: skip
-
-
-SESSION_HASH = pl.col("session_id").hash(seed=7)
 
 
 class Partitioner:
@@ -296,9 +296,7 @@ def _join_all(config: CollectConfig, parts: Partitioner, out: str, result: Colle
     as_of = _ms(config.as_of) if config.as_of else int(time.time() * 1000)
     with rio.ArtifactWriter(out, TRAJECTORIES.arrow) as writer:
         for events in parts.parts():
-            from rlcycle.collect_join import join_partition
-
-            traj = join_partition(events, config, as_of, _ms(config.since), _ms(config.until), patterns, result)
+            traj = collect_join.join_partition(events, config, as_of, _ms(config.since), _ms(config.until), patterns, result)
             if traj.height:
                 writer.write(conform(traj.to_arrow(), TRAJECTORIES))
             progress.update(samples=result.samples_out, held_back=result.held_back_samples)

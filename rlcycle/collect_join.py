@@ -16,6 +16,8 @@ import polars as pl
 from rlcycle import redact
 
 _CALL_FIELDS = ["call_id", "name", "arguments", "status"]
+# The partition key (rlcycle.collect.Partitioner) and the first sort key of the output.
+SESSION_HASH = pl.col("session_id").hash(seed=7)
 
 
 def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, result) -> pl.DataFrame:
@@ -204,8 +206,6 @@ def _mature_and_filter(comp, config, as_of_ms, since_ms, until_ms, result) -> pl
 
 
 def _finish(comp: pl.DataFrame) -> pl.DataFrame:
-    from rlcycle.collect import SESSION_HASH
-
     # Hash first: partitions are hash ranges, so this order is global (see Partitioner).
     order = comp.select(SESSION_HASH.alias("_h"), "session_id", "episode_id", "turn", "sample_id")
     comp = comp[order.with_row_index("_i").sort("_h", "session_id", "episode_id", "turn", "sample_id")["_i"]]

@@ -107,7 +107,8 @@ def run(config: DeployConfig, checkpoint: str | Path, verdict_path: str | Path |
         cid = reg.add(checkpoint)
         decision = _check_verdict(verdict, verdict_path, cid, config.force)
         forced = config.force and decision != "accept"
-        old = reg.aliases()
+        before = reg.state()
+        old = dict(before["aliases"])
         new = dict(old)
         note = "forced without a passing verdict" if forced else None
         if config.canary_fraction is not None:
@@ -127,7 +128,7 @@ def run(config: DeployConfig, checkpoint: str | Path, verdict_path: str | Path |
             problem = _call_hook(config, reg.ckpts / cid, cid)
             if problem:
                 reg.commit(old, Entry("revert", config.alias, old.get(config.alias), cid, None, None, actor(),
-                                      f"serving hook failed: {problem}"), reg.state().get("canary") if action != "canary" else {})  # fmt: skip
+                                      f"serving hook failed: {problem}"), before.get("canary") or {})  # fmt: skip
                 raise RlcycleError(
                     f"serving hook failed ({problem}); the registry was moved back to {old.get(config.alias)}",
                     hint="check the hook command/URL, then deploy again",

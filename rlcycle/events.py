@@ -134,7 +134,7 @@ def read_source(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Chunk]:
             head = _peek(stream, 8)
             fmt = rio.sniff(head)
         if fmt is rio.Format.EMPTY:
-            yield Chunk(_empty_events())
+            yield Chunk(empty_events())
         elif fmt is rio.Format.JSON:
             yield from _read_json(stream, name, block_bytes)
         elif fmt in (rio.Format.ARROW_FILE, rio.Format.ARROW_STREAM, rio.Format.PARQUET):
@@ -318,7 +318,8 @@ def _empty_json_frame() -> pl.DataFrame:
     return pl.DataFrame(schema={**JSON_SCHEMA, "_line": pl.Int64})
 
 
-def _empty_events() -> pl.DataFrame:
+def empty_events() -> pl.DataFrame:
+    """No events, with every column of a normalised chunk."""
     return normalise(_empty_json_frame(), "")
 
 

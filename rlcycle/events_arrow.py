@@ -18,7 +18,15 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from rlcycle import io as rio
-from rlcycle.events import JSON_SCHEMA, BadRecord, Chunk, normalise, rows_as_records, split_invalid
+from rlcycle.events import (
+    JSON_SCHEMA,
+    BadRecord,
+    Chunk,
+    empty_events,
+    normalise,
+    rows_as_records,
+    split_invalid,
+)
 
 
 def read_arrow(stream: BinaryIO, name: str, fmt: rio.Format) -> Iterator[Chunk]:
@@ -30,7 +38,7 @@ def read_arrow(stream: BinaryIO, name: str, fmt: rio.Format) -> Iterator[Chunk]:
             yield chunk
         if bad is not None:
             bad.line = row + 1
-            yield Chunk(_empty(), [bad])
+            yield Chunk(empty_events(), [bad])
 
 
 def _batches(stream: BinaryIO, name: str, fmt: rio.Format):
@@ -81,12 +89,6 @@ def _salvage_stream(buf: pa.Buffer, name: str, what: str):
     if what == "truncated Arrow file":
         # Every batch was readable but the footer is gone: say so, the file is damaged.
         yield None, BadRecord(name, 0, f"{what}: footer missing, {recovered} batch(es) recovered")
-
-
-def _empty() -> pl.DataFrame:
-    from rlcycle.events import _empty_events
-
-    return _empty_events()
 
 
 def _normalise_batch(batch: pa.RecordBatch, name: str, first_row: int) -> Chunk:

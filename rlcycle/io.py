@@ -263,10 +263,10 @@ class ArtifactWriter:
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
         if data.num_rows == 0:
             return
-        if not data.schema.equals(self.schema, check_metadata=False):
-            data = data.cast(self.schema) if isinstance(data, pa.Table) else pa.Table.from_batches([data]).cast(self.schema)
         if isinstance(data, pa.RecordBatch):
-            data = pa.Table.from_batches([data], schema=self.schema)
+            data = pa.Table.from_batches([data])
+        if not data.schema.equals(self.schema, check_metadata=False):
+            data = data.cast(self.schema)
         if self.fmt is Format.PARQUET:
             self._writer.write_table(data, row_group_size=self._row_group_rows)
         else:

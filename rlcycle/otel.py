@@ -26,7 +26,15 @@ from typing import Any
 import polars as pl
 
 from rlcycle.errors import InputError
-from rlcycle.events import JSON_SCHEMA, BadRecord, Chunk, normalise, rows_as_records, split_invalid
+from rlcycle.events import (
+    JSON_SCHEMA,
+    BadRecord,
+    Chunk,
+    empty_events,
+    normalise,
+    rows_as_records,
+    split_invalid,
+)
 
 MODEL_CALLS = ("chat", "text_completion", "generate_content")
 
@@ -50,9 +58,7 @@ def read_otel(data: bytes, name: str) -> Iterator[Chunk]:
     _fill_turns(events)
     df = pl.DataFrame(events, schema={**JSON_SCHEMA, "_line": pl.Int64}) if events else None
     if df is None:
-        from rlcycle.events import _empty_events
-
-        yield Chunk(_empty_events(), bad, bytes_read=len(data), lines_read=span_no)
+        yield Chunk(empty_events(), bad, bytes_read=len(data), lines_read=span_no)
         return
     good, rejected = split_invalid(normalise(df, name))
     yield Chunk(good, bad + rows_as_records(rejected), bytes_read=len(data), lines_read=span_no)

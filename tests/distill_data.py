@@ -89,35 +89,9 @@ def by_sample(df: pl.DataFrame, column: str) -> dict[str, float]:
 
 
 @pytest.fixture
-def dcli():
-    """The real `rlcycle distill` (and `collect`) commands on an app of their own.
-
-    The top-level app still carries the "not built yet" stub until the lead swaps
-    rlcycle.cli.distill_cmd in; this registers the real command the same way. Errors map to
-    exit codes as rlcycle.cli.main maps them (as the shared `cli` fixture does).
-    """
-    import typer
-    from typer.testing import CliRunner
-
-    from rlcycle.cli import collect_cmd, distill_cmd, inspect_cmd
-    from rlcycle.errors import RlcycleError
-
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    for module in (collect_cmd, distill_cmd, inspect_cmd):
-        module.register(app)
-    runner = CliRunner()
-
-    def invoke(args, input=None):
-        result = runner.invoke(app, [str(a) for a in args], input=input, catch_exceptions=True)
-        result.error = ""
-        if isinstance(result.exception, RlcycleError):
-            e = result.exception
-            result.exit_code = e.exit_code
-            result.error = f"Error: {e.message}" + (f"\nHint: {e.hint}" if e.hint else "")
-        return result
-
-    return invoke
+def dcli(cli):
+    """The real CLI (the shared `cli` fixture); kept under this name for the distill tests."""
+    return cli
 
 
 def distill(dcli, tmp_path: Path, rows: list[dict], spec: str, *args, extra=None):

@@ -167,3 +167,13 @@ def test_history_is_an_arrow_file_other_readers_open(cli, ckpts, tmp_path, rlcyc
     con = duckdb.connect()
     con.register("h", table)
     assert con.execute("select action, alias from h").fetchall() == [("promote", "production")]
+
+
+def test_a_failed_hook_restores_the_previous_canary_too(cli, ckpts, tmp_path):
+    v = verdict(tmp_path)
+    assert cli(["deploy", ckpts[0], "--verdict", v]).exit_code == 0
+    assert cli(["deploy", ckpts[1], "--verdict", v, "--canary", "0.2"]).exit_code == 0
+    before = Registry().state()
+    assert cli(["deploy", ckpts[2], "--verdict", v, "--hook", "exit 1"]).exit_code == 1
+    after = Registry().state()
+    assert after["aliases"] == before["aliases"] and after["canary"] == before["canary"]
