@@ -5,14 +5,20 @@ defaults < config file (TOML) < `--set key=value` < explicit CLI flags.
 Every field carries help text (`field(metadata={"help": ...})`). Unknown keys are rejected and
 every problem is reported at once, naming where the value came from (CONVENTIONS.md §4).
 The resolved config is saved beside the outputs with `save_resolved()`.
+
+Shared by every config: `read_toml` (the one TOML reader; a syntax error names the file, line
+and column) and `check_range` (the one "x must be in [a, b]" check of `validate()` methods).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,19 +56,92 @@ def parse_sets(sets: list[str] | None) -> dict[str, str]:
     return out
 
 
-def load_toml(path: str | Path | None, section: str | None = None) -> dict[str, Any]:
-    if path is None:
-        return {}
+# --- TOML ------------------------------------------------------------------------------------
+
+
+def loads_toml(text: str, source: str) -> dict[str, Any]:
+    """Parse TOML text; a syntax error raises InputError `SOURCE:LINE:COL: not valid TOML (why)`."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        line, col, why = _toml_position(e, text)
+        raise InputError(f"{source}:{line}:{col}: not valid TOML ({why})", hint="fix the TOML syntax") from None
+
+
+def read_toml(path: str | Path, what: str = "config file", hint: str = "check the --config path") -> dict[str, Any]:
+    """A TOML file as a dict. Errors name `what` and the file (and the line and column of a
+    syntax error); `hint` is for a file that cannot be read."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"config file {p} does not exist", hint="check the --config path") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"config file {p}: {e}", hint="fix the TOML syntax") from None
+        raise InputError(f"{what} {p} does not exist", hint=hint) from None
+    except IsADirectoryError:
+        raise InputError(f"{what} {p} is a directory, not a TOML file", hint=hint) from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{what} {p}: not UTF-8 text (byte {e.start})", hint="TOML files are UTF-8") from None
+    return loads_toml(text, f"{what} {p}")
+
+
+def _toml_position(e: tomllib.TOMLDecodeError, text: str) -> tuple[int, int, str]:
+    """(line, column, reason) of a TOML error: attributes on Python 3.14+, the message before."""
+    if getattr(e, "lineno", None) is not None:
+        return e.lineno, e.colno, e.msg  # type: ignore[attr-defined]
+    message = str(e)
+    m = re.fullmatch(r"(.*) \(at line (\d+), column (\d+)\)", message, flags=re.S)
+    if m:
+        return int(m.group(2)), int(m.group(3)), m.group(1)
+    lines = text.splitlines() or [""]  # "(at end of document)": the position after the last character
+    return len(lines), len(lines[-1]) + 1, message.removesuffix(" (at end of document)")
+
+
+def load_toml(path: str | Path | None, section: str | None = None) -> dict[str, Any]:
+    """A config file's table `section` (the whole file when it has none); {} for no file."""
+    if path is None:
+        return {}
+    data = read_toml(path)
     if section and section in data and isinstance(data[section], dict):
         return data[section]
     return data
+
+
+# --- validate() helpers -----------------------------------------------------------------------
+
+
+def check_range(problems: list[str], obj: Any, names: str | Iterable[str], *, ge: float | None = None,
+                gt: float | None = None, le: float | None = None, lt: float | None = None,
+                optional: bool = False, finite: bool = False) -> None:
+    """Append `name=value: must be ...` to `problems` for each field of `obj` out of range.
+
+    Bounds: `ge` (>=) or `gt` (>) below, `le` (<=) or `lt` (<) above; NaN is always out of
+    range, `finite=True` rejects infinities too, `optional=True` lets None pass.
+
+        check_range(p, self, ("batch_size", "epochs"), ge=1)   # batch_size=0: must be >= 1
+        check_range(p, self, "top_p", gt=0, le=1)              # top_p=0: must be in (0, 1]
+    """
+    lo, lo_open = (gt, True) if gt is not None else (ge, False)
+    hi, hi_open = (lt, True) if lt is not None else (le, False)
+    for name in (names,) if isinstance(names, str) else names:
+        value = getattr(obj, name)
+        if value is None and optional:
+            continue
+        ok = value is not None and not (finite and not math.isfinite(value))
+        ok = ok and (lo is None or (value > lo if lo_open else value >= lo))
+        ok = ok and (hi is None or (value < hi if hi_open else value <= hi))
+        if not ok:
+            problems.append(f"{name}={value}: must be {_range_text(lo, lo_open, hi, hi_open, finite)}"
+                            + (" (or none)" if optional else ""))
+
+
+def _range_text(lo: float | None, lo_open: bool, hi: float | None, hi_open: bool, finite: bool) -> str:
+    num = "a finite number " if finite else ""
+    if lo is not None and hi is not None:
+        return f"{num}in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    if lo is not None:
+        return f"{num}{'>' if lo_open else '>='} {lo:g}"
+    if hi is not None:
+        return f"{num}{'<' if hi_open else '<='} {hi:g}"
+    return "a finite number" if finite else "set"
 
 
 def resolve(

@@ -18,15 +18,14 @@ Rules:
 - the base checkpoint is pinned in `run.json` on the first run, so rerunning a run directory
   after its deploy moved `production` still finds every stage cached; a new cycle is a new
   run directory;
-- one cycle at a time per RLCYCLE_HOME: an flock on `cycle.lock`. The kernel drops the lock
-  when its process dies, so a crashed cycle's lock is taken over at once; the file names the
-  last holder for the error message.
+- one cycle at a time per RLCYCLE_HOME: a non-blocking `rlcycle.io.FileLock` (flock) on
+  `cycle.lock`. The kernel drops the lock when its process dies, so a crashed cycle's lock is
+  taken over at once; the file names the last holder for the error message.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -37,25 +36,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rlcycle import digest, resources
 from rlcycle import io as rio
 from rlcycle.config import cfg, resolve
 from rlcycle.console import info
 from rlcycle.errors import EXIT_GATE_REFUSED, InputError, RlcycleError
-from rlcycle.registry import _crashpoint
+from rlcycle.faults import crash_point
 
 STAGES = ("simulate", "collect", "distill", "train", "eval", "deploy")
-REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass
 class CycleConfig:
     run_dir: str = cfg("runs/cycle", help="Run directory: one per cycle (reruns of it are cached).")
     source: str = cfg("logs", help="Where events come from: logs (the `events` paths) or simulate (the production policy on `tasks`).")
-    events: list[str] = cfg([str(REPO / "sample_data/events"), str(REPO / "sample_data/otel")], help="Event logs for source=logs.")
+    events: list[str] = cfg([str(resources.events())], help="Event logs for source=logs (default: the small log shipped in rlcycle/data).")
     base: str = cfg("production", help="Base policy: a registry alias or a checkpoint directory.")
     bootstrap_seed: int = cfg(0, help="With an empty registry and base=production: create the tiny default model with this seed.")
-    tasks: str = cfg(str(REPO / "sample_data/tasks"), help="Task suite for eval and simulate.")
-    reward_spec: str = cfg(str(REPO / "sample_data/rewards.toml"), help="Reward spec for distill.")
+    tasks: str = cfg(str(resources.tasks()), help="Task suite for eval and simulate (default: the small suite shipped in rlcycle/data).")
+    reward_spec: str = cfg(str(resources.reward_spec()), help="Reward spec for distill (default: rlcycle/data/rewards.toml).")
     simulate: dict[str, Any] = cfg({"episodes": 16, "max_new_tokens": 64}, help="SimulateConfig keys.")
     collect: dict[str, Any] = cfg({}, help="CollectConfig keys.")
     distill: dict[str, Any] = cfg({}, help="DistillConfig keys.")
@@ -104,16 +103,12 @@ class CycleResult:
 
 
 def content_hash(paths: list[str | Path]) -> str:
-    """sha256 over files' relative names and bytes (directories recursively, sorted)."""
-    h = hashlib.sha256()
+    """sha256 over files' names and bytes: a directory's files by relative name (sorted), a
+    file by its base name, so moving a run directory keeps its cache keys."""
+    entries = []
     for p in map(Path, paths):
-        files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
-        for f in files:
-            h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode() + b"\0")
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-    return h.hexdigest()
+        entries += digest.tree_files(p) if p.is_dir() else [(p.name, p)]
+    return digest.files_sha256(entries)
 
 
 def _key(stage: str, config: Any, inputs: dict[str, str]) -> str:
@@ -125,34 +120,28 @@ def _key(stage: str, config: Any, inputs: dict[str, str]) -> str:
 
 
 class CycleLock:
-    """One cycle at a time: a non-blocking flock; released by the kernel if the holder dies."""
+    """One cycle at a time: a non-blocking lock on `cycle.lock`, released by the kernel if the
+    holder dies; a refused cycle names the holder (its pid and start time, written in the file)."""
 
     def __init__(self, home: Path):
-        home.mkdir(parents=True, exist_ok=True)
         self.path = home / "cycle.lock"
-        self._fh = None
+        self._lock: rio.FileLock | None = None
 
     def __enter__(self) -> CycleLock:
-        fh = open(self.path, "a+")
+        since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        lock = rio.FileLock(self.path, wait=False, holder=f"pid {os.getpid()} since {since}")
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            fh.close()
-            raise RlcycleError(f"another cycle is running ({holder}; lock {self.path})",
+            lock.__enter__()
+        except rio.LockBusy as e:
+            raise RlcycleError(f"another cycle is running ({e.holder or 'another process'}; lock {self.path})",
                                hint="wait for it; a crashed cycle's lock is released by the kernel") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()} since {datetime.now(timezone.utc).isoformat(timespec='seconds')}\n")
-        fh.flush()
-        self._fh = fh
+        self._lock = lock
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._fh:
-            fcntl.flock(self._fh, fcntl.LOCK_UN)
-            self._fh.close()
+        if self._lock is not None:
+            self._lock.__exit__(*exc)
+            self._lock = None
 
 
 # --- the cycle ------------------------------------------------------------------------------
@@ -176,7 +165,7 @@ class Cycle:
         self.result = CycleResult(str(self.run_dir), [])
 
     def run(self) -> CycleResult:
-        from rlcycle.registry import home
+        from rlcycle.policy.registry import home
 
         with CycleLock(home()):
             self.base_path, self.base_id = self._pinned_base()
@@ -206,7 +195,7 @@ class Cycle:
         started = time.monotonic()
         (self.run_dir / name).mkdir(parents=True, exist_ok=True)
         result = work()
-        _crashpoint(f"cycle:{name}")  # fault injection for the resume tests
+        crash_point(f"cycle:{name}")  # fault injection for the resume tests
         seconds = time.monotonic() - started
         rio.atomic_write_text(manifest, json.dumps({
             "stage": name, "key": key, "inputs": inputs, "outputs": outputs, "config": dataclasses.asdict(cfg_obj),
@@ -242,7 +231,7 @@ class Cycle:
 
     def _pinned_base(self) -> tuple[Path, str]:
         """The base checkpoint of this run dir: recorded on the first run, reused after."""
-        from rlcycle.registry import Registry, checkpoint_id
+        from rlcycle.policy.registry import Registry, checkpoint_id
 
         pin = self.run_dir / "run.json"
         if pin.exists():
@@ -351,7 +340,7 @@ class Cycle:
 
     def _stage_deploy(self):
         from rlcycle import deploy
-        from rlcycle.registry import Registry
+        from rlcycle.policy.registry import Registry
 
         c = self._sub(deploy.DeployConfig, "deploy")
         ckpt = self._path("train", "checkpoint")
@@ -375,7 +364,7 @@ class Cycle:
 
 
 def _ckpt_id(path: Path) -> str:
-    from rlcycle.registry import checkpoint_id
+    from rlcycle.policy.registry import checkpoint_id
 
     return checkpoint_id(path) if (path / "config.json").exists() else "pending"
 

@@ -37,13 +37,3 @@ class InputError(RlcycleError):
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message, hint, EXIT_USAGE)
 
-
-class NotBuiltYet(RlcycleError):
-    """A pipeline command whose issue has not landed yet: exits 1, does nothing."""
-
-    def __init__(self, command: str, issue: int):
-        super().__init__(
-            f"`rlcycle {command}` is not built yet (tracked in issue #{issue}); it did nothing.",
-            hint="run `rlcycle --help` to see which commands work today",
-            exit_code=EXIT_FAILURE,
-        )

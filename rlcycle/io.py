@@ -8,14 +8,17 @@ Formats, chosen by the path when writing and sniffed by magic bytes when reading
 
 Every write is atomic: a temp file beside the target, renamed into place on success, removed
 on failure, so an output path never holds a partial file. Binary is never written to a
-terminal.
+terminal. Directories (checkpoints) get the same treatment with `atomic_dir`, and `FileLock`
+is the one inter-process lock (a registry writer, one cycle per RLCYCLE_HOME).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gzip
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -212,6 +215,50 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def atomic_dir(path: str | Path, prefix: str | None = None) -> Iterator[Path]:
+    """A fresh temp directory beside `path`, swapped onto it when the block succeeds.
+
+    On success the directory gets the modes the umask allows (mkdtemp makes 0700) and
+    `replace_dir` puts it in place; on any exception it is removed. Its name starts with a dot
+    (`.<prefix or name>.XXXX.tmp`), so listings that skip dot-entries never see a partial one.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{prefix or target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)
+        replace_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def replace_dir(tmp: str | Path, path: str | Path) -> None:
+    """Rename the finished directory `tmp` onto `path` (same filesystem).
+
+    An empty directory at `path` is simply replaced; anything else there (a directory or a file)
+    is renamed aside first and removed after, so `path` is at every instant either the old
+    content or the new one, never a mix.
+    """
+    tmp, target = Path(tmp), Path(path)
+    old = None
+    if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
+        target.rmdir()
+    elif target.exists() or target.is_symlink():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
@@ -322,6 +369,60 @@ class AtomicTextWriter:
         if self._fh is not None:
             self._fh.close()
             self._ctx.__exit__(RlcycleError, RlcycleError("aborted"), None)
+            self._fh = None
+
+
+class LockBusy(RlcycleError):
+    """A `FileLock(..., wait=False)` that another process holds; `holder` is what it wrote."""
+
+    def __init__(self, path: Path, holder: str):
+        super().__init__(f"{path} is locked by {holder or 'another process'}")
+        self.path, self.holder = path, holder
+
+
+class FileLock:
+    """An exclusive `flock` on a file, for one process at a time (created if missing).
+
+    The kernel drops the lock when the holder's process dies, however it dies, so a crashed
+    holder's lock is free at once: there is no stale lock to clean up. `wait=False` raises
+    `LockBusy` instead of waiting; `holder` is written into the file once the lock is held, so
+    a refused process can say who holds it. Not re-entrant: two opens of one file in one
+    process are two lockers (flock locks an open file description).
+
+        with FileLock(home / "cycle.lock", wait=False, holder=f"pid {os.getpid()}"):
+            ...
+    """
+
+    def __init__(self, path: str | Path, *, wait: bool = True, holder: str | None = None):
+        self.path = Path(path)
+        self.wait, self.holder = wait, holder
+        self._fh: IO[str] | None = None
+
+    def __enter__(self) -> FileLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip()
+            fh.close()
+            raise LockBusy(self.path, holder) from None
+        except BaseException:
+            fh.close()
+            raise
+        if self.holder is not None:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(self.holder + "\n")
+            fh.flush()
+        self._fh = fh
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
             self._fh = None
 
 

@@ -1,4 +1,4 @@
-"""Every Arrow contract of rlcycle in one place (DESIGN.md "Artifacts" and "Events").
+"""Every Arrow contract of rlcycle in one place (docs/design.md "Artifacts" and "Events").
 
 Each contract is a versioned `pyarrow.Schema` whose metadata carries `rlcycle.schema` (its name)
 and `rlcycle.schema_version`. Column names are public interface: extend, never rename.
@@ -127,7 +127,7 @@ _TRAJECTORY_FIELDS = (
     ("latency_ms", pa.float64()),
     ("is_final_turn", pa.bool_()),
 )
-# Extensions of the DESIGN.md contract (added, nothing renamed):
+# Extensions of the docs/design.md contract (added, nothing renamed):
 _TRAJECTORY_EXTENSIONS = (
     ("n_tool_errors", pa.int32()),  # tool results with status error or timeout
     ("edit_outcomes_missing", pa.int32()),  # ok edit calls whose outcome never arrived
@@ -261,7 +261,7 @@ def check(obj: pa.Schema | pa.Table, contract: Contract, source: str = "<input>"
         raise InputError(
             f"{len(problems)} schema problem(s):\n  " + "\n  ".join(problems),
             hint=f"`rlcycle inspect {source}` shows its schema; expected the "
-            f"{contract.name} v{contract.version} contract (see DESIGN.md)",
+            f"{contract.name} v{contract.version} contract (see docs/design.md)",
         )
 
 

@@ -49,7 +49,7 @@ from rlcycle.agent.runner import (
     summarize,
 )
 from rlcycle.agent.user import UserConfig
-from rlcycle.config import cfg
+from rlcycle.config import cfg, check_range
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
 
@@ -68,10 +68,8 @@ class SimulateConfig(RunnerConfig, UserConfig):
 
     def validate(self) -> list[str]:
         problems = RunnerConfig.validate(self) + UserConfig.validate(self)
-        if self.episodes is not None and self.episodes < 1:
-            problems.append(f"episodes={self.episodes}: must be >= 1")
-        if self.sandboxes < 1:
-            problems.append(f"sandboxes={self.sandboxes}: must be >= 1")
+        check_range(problems, self, "episodes", ge=1, optional=True)
+        check_range(problems, self, "sandboxes", ge=1)
         return problems
 
     def runner(self) -> RunnerConfig:
@@ -218,7 +216,7 @@ def _load_tasks(tasks: Any) -> list:
 def _load_policy(policy: Any, tokenizer: str | None) -> tuple[Any, str]:
     if not isinstance(policy, (str, Path)):
         return policy, str(getattr(policy, "name", type(policy).__name__))
-    from rlcycle.resolve import resolve_policy
+    from rlcycle.policy.resolve import resolve_policy
 
     resolved = resolve_policy(str(policy), tokenizer=tokenizer)
     return resolved.policy, resolved.name
@@ -237,3 +235,24 @@ def _renderer(policy: Any, tokenizer: str | None) -> Any:
 
 def _part(cls: type, obj: Any) -> Any:
     return cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)})
+
+
+def format_summary(r: SimulateResult) -> str:
+    """The human-readable lines `rlcycle simulate` prints on stderr after a run."""
+    ends = ", ".join(f"{k} {v}" for k, v in r.end_reasons.items())
+    latency = "n/a" if math.isnan(r.mean_latency_ms) else f"{r.mean_latency_ms:,.1f} ms"
+    return "\n".join([
+        f"simulate: {r.episodes:,} episodes of {r.policy} in {r.seconds:.1f}s "
+        f"({r.episodes_per_min:,.1f}/min) -> {r.output}",
+        f"  pass rate          {_pct(r.pass_rate)}  ({r.passed} pass, {r.failed} fail, {r.errors} error)",
+        f"  invalid call rate  {_pct(r.invalid_call_rate)}  of {r.tool_calls:,} tool calls",
+        f"  clarification rate {_pct(r.clarification_rate)}",
+        f"  edit rate          {_pct(r.edit_rate)}",
+        f"  mean latency       {latency} per model call ({r.samples:,} calls, {r.tokens:,} tokens)",
+        f"  ended by           {ends}",
+        f"  events             {r.events:,} (run id {r.run_id})",
+    ])
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 # need a full extra scan), nothing else.
 BASELINE = """
 import sys, polars as pl
-from rlcycle.events import JSON_SCHEMA
+from rlcycle.collect.events import JSON_SCHEMA
 n = 0
 for f in sys.argv[1:]:
     n += pl.read_ndjson(f, schema=JSON_SCHEMA).height

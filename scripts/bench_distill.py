@@ -196,19 +196,6 @@ def ensure_data(n_rows: int, root: Path, seed: int) -> Path:
     return path
 
 
-# The distill command exactly as `rlcycle distill` runs it (rlcycle.cli.distill_cmd), on an app
-# of its own so the benchmark does not depend on how the top-level CLI registers commands.
-DISTILL = """
-import sys, typer
-from rlcycle.cli import distill_cmd, main
-app = typer.Typer(add_completion=False)
-app.callback()(lambda: None)
-distill_cmd.register(app)
-import rlcycle.cli as cli
-cli.app = app
-main()
-"""
-
 # The bare scan: every column of the same file, materialised, then counted.
 SCAN = """
 import sys, polars as pl
@@ -251,7 +238,7 @@ def main() -> None:
     out = out_dir / f"rlcycle_bench_examples_{args.rows}.arrow"
     py = sys.executable
     scan_cmd = [py, "-c", SCAN, str(path)]
-    distill_cmd = [py, "-c", DISTILL, "distill", str(path), "-o", str(out), "--spec", str(args.spec),
+    distill_cmd = [py, "-m", "rlcycle", "distill", str(path), "-o", str(out), "--spec", str(args.spec),
                    "--report", str(out_dir / "rlcycle_bench_reward_report.json"), "--quiet"]  # fmt: skip
     timed(scan_cmd)  # warm the page cache so neither side pays for the first read from disk
     results: dict[str, list[tuple[float, float]]] = {"scan": [], "distill": []}

@@ -12,7 +12,9 @@ per line, each event in the file of the hour it was *logged* (edit outcomes arri
 the edit, so they sit in later files), events within a file only roughly in `ts` order. With
 `--otel FILE`, also an OTLP/JSON export of ~20 completions from extra sessions (not in DIR).
 
-The event schema is the `events` table of DESIGN.md; docs/sample_data.md lists what the sample
+The event schema is rlcycle's (`rlcycle.schema.EVENTS`; the Parquet files are written in it), and
+each logged tool call is what the harness parser (`rlcycle.harness.parse_completion`) makes of the
+completion text with the sample agent's tools (`TOOLS`); docs/sample_data.md lists what the sample
 holds (policies, invalid calls, clarifications, follow-ups, feedback, duplicates, planted
 secrets). Speed comes from tokenising a pool of task texts once (batch encode) and assembling
 every line from pre-rendered JSON fragments: token ids of turn k+1 are the string of turn k plus
@@ -26,7 +28,6 @@ import difflib
 import json
 import math
 import random
-import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,27 +35,24 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rlcycle.harness import TOOLS as HARNESS_TOOLS
+from rlcycle.harness import parse_completion
+from rlcycle.harness.demos import call_text
+from rlcycle.schema import EVENTS
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TOKENIZER = REPO / "sample_data" / "tokenizer"
 START = datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc)
 HOUR_MS = 3_600_000
+# The production agent of the sample is a third-party deployment, not rlcycle's own harness: its
+# system prompt is its own, and its tools are the harness's as they were when the sample was
+# made, i.e. all but `replace_in_file` (added later). So its logs say "unknown tool" for a
+# replace_in_file call, and the committed sample stays what it is.
 SYSTEM_PROMPT = (
     'You are a coding agent in the user\'s repository. Call a tool as <tool_call>{"name": ..., '
     '"arguments": {...}}</tool_call>. Ask when the request is ambiguous.'
 )
-# The harness's tools and their required arguments (arguments travel as a JSON string).
-REQUIRED_ARGS = {
-    "read_file": ("path",),
-    "write_file": ("path", "content"),
-    "apply_patch": ("path", "patch"),
-    "list_files": ("path",),
-    "search": ("pattern", "path"),
-    "run_shell": ("command",),
-    "run_tests": (),
-    "ask_user": ("question",),
-    "finish": ("summary",),
-}
-TOOLS = tuple(REQUIRED_ARGS)
+TOOLS = tuple(t for t in HARNESS_TOOLS if t.name != "replace_in_file")
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ class Behaviour:
     version: str
     p_clarify: float  # the first episode of a session is a clarifying question
     p_invalid_ok: float  # per edit, a malformed attempt first, when the task is going well
-    p_invalid_hard: float  # ... when it is going badly (the reward hack DESIGN.md describes)
+    p_invalid_hard: float  # ... when it is going badly (the reward hack docs/design.md describes)
     p_success: float
     latency: float  # latency multiplier
     survival: tuple[float, float]  # Beta(a, b) of the surviving share of edited lines
@@ -406,14 +404,6 @@ FAMILIES = (
 )
 
 
-def call_text(name: str, args: dict) -> str:
-    return (
-        "<tool_call>"
-        + json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
-        + "</tool_call>"
-    )
-
-
 def make_task(rng: random.Random) -> dict:
     """All the text one task can produce, by piece name: `u_` user messages, `c_` completions
     (assistant content), `r_` tool output, `e_` tool errors; plus a few plain facts."""
@@ -586,36 +576,22 @@ class Call:
 
 
 def parse_calls(content: str) -> tuple[Call, ...]:
-    """What the harness (rlcycle.harness.parse) makes of the <tool_call> blocks of a completion,
-    with its wording: a valid call logs its arguments as JSON; an invalid one logs the raw body
-    between the tags, its name when the body parsed (else null), and the reason."""
+    """What the harness parser makes of the <tool_call> blocks of a completion, with the sample
+    agent's TOOLS: a valid call logs its arguments as JSON; an invalid one logs the raw body
+    between the tags, its name when the body parsed (else null), and the parser's reason."""
     calls = []
-    for raw in re.findall(r"<tool_call>(.*?)</tool_call>", content, flags=re.S):
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            calls.append(
-                Call("null", json.dumps(raw, ensure_ascii=False), f"bad JSON: {str(e)[:200]}", 0)
-            )
-            continue
-        name, args = obj["name"], obj["arguments"]
-        invalid = None
-        if name not in REQUIRED_ARGS:
-            close = difflib.get_close_matches(name, TOOLS, n=1)
-            invalid = f"unknown tool {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-        elif missing := [a for a in REQUIRED_ARGS[name] if a not in args]:
-            invalid = "; ".join(f"{name}: missing argument {a!r}" for a in missing)
+    for call in parse_completion(content, TOOLS).calls:
         lines = 0
-        if invalid is None and name == "apply_patch":
+        if call.valid and call.name == "apply_patch":
             lines = sum(
                 1
-                for ln in args["patch"].splitlines()
+                for ln in call.arguments["patch"].splitlines()
                 if ln.startswith("+") and not ln.startswith("+++")
             )
-        elif invalid is None and name == "write_file":
-            lines = args["content"].count("\n")
-        logged = raw if invalid else json.dumps(args, ensure_ascii=False)
-        calls.append(Call(json.dumps(name), json.dumps(logged, ensure_ascii=False), invalid, lines))
+        elif call.valid and call.name == "write_file":
+            lines = call.arguments["content"].count("\n")
+        logged = json.dumps(call.arguments_json, ensure_ascii=False)
+        calls.append(Call(json.dumps(call.name), logged, None if call.valid else call.reason, lines))
     return tuple(calls)
 
 
@@ -1166,43 +1142,6 @@ class Simulator:
 # ---------------------------------------------------------------------------------------------
 
 
-def parquet_schema():
-    """The events table as Parquet: one nullable column per field of any event type."""
-    import pyarrow as pa
-
-    s, i, f = pa.string(), pa.int64(), pa.float64()
-    return pa.schema(
-        [
-            ("event_id", s),
-            ("type", s),
-            ("ts", s),
-            ("session_id", s),
-            ("episode_id", s),
-            ("sample_id", s),
-            ("turn", i),
-            ("policy_version", s),
-            ("prompt_ids", pa.list_(pa.int32())),
-            ("completion_ids", pa.list_(pa.int32())),
-            ("completion_logprobs", pa.list_(f)),
-            ("prompt_messages", pa.list_(pa.struct([("role", s), ("content", s)]))),
-            ("completion_text", s),
-            ("tool_calls", pa.list_(pa.struct([("call_id", s), ("name", s), ("arguments", s)]))),
-            ("latency_ms", f),
-            ("temperature", f),
-            ("call_id", s),
-            ("status", s),
-            ("error", s),
-            ("duration_ms", f),
-            ("lines_proposed", i),
-            ("lines_surviving", i),
-            ("observed_after_s", f),
-            ("text", s),
-            ("value", f),
-            ("kind", s),
-        ]
-    )
-
-
 class Writer:
     """Buffers events per logging period; a period is written once no session can reach it.
 
@@ -1277,13 +1216,14 @@ class Writer:
             import pyarrow.json as pj
             import pyarrow.parquet as pq
 
-            schema = parquet_schema()
+            schema = EVENTS.arrow  # the events contract: ts parsed to a UTC timestamp
             opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
             data = io.BytesIO(("\n".join(lines) + "\n").encode("utf-8"))
             table = pj.read_json(
                 data, parse_options=opts, read_options=pj.ReadOptions(block_size=64 << 20)
             )
-            pq.write_table(table.select(schema.names), path, compression="zstd")
+            table = table.select(schema.names).replace_schema_metadata(schema.metadata)
+            pq.write_table(table, path, compression="zstd")
         return path.stat().st_size
 
 
@@ -1444,7 +1384,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--format",
         choices=("jsonl", "parquet"),
         default="jsonl",
-        help="jsonl (ts mixes RFC 3339 and epoch ms) or parquet (ts always RFC 3339 text)",
+        help="jsonl (ts mixes RFC 3339 and epoch ms) or parquet (rlcycle's events schema)",
     )
     add("--otel", type=Path, help="also write ~20 completions as an OTLP/JSON GenAI span export")
     add(

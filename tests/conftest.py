@@ -7,6 +7,8 @@ skip with the reason printed (DEVELOPERS.md).
 from __future__ import annotations
 
 import os
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,28 +25,52 @@ def rlcycle_home(tmp_path_factory, monkeypatch):
     return home
 
 
-@pytest.fixture
-def cli():
-    """Run the real CLI in-process: cli(["collect", ...], input=b"...") -> Result."""
+@dataclass
+class CliResult:
+    """What one `rlcycle ...` run left: its exit code and what it wrote where."""
+
+    exit_code: int
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+    output: str  # stdout and stderr interleaved, as a terminal shows them
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_bytes.decode("utf-8", "replace")
+
+    @property
+    def error(self) -> str:
+        """stderr, where `Error: ...`/`Hint: ...` (and usage errors) go among progress lines."""
+        return self.stderr
+
+
+def run_cli(args, input=None, env=None) -> CliResult:
+    """Run `rlcycle ARGS...` in-process through rlcycle.cli.run, the very path of the console
+    script (parsing, dispatch, error-to-exit-code mapping). CliRunner only swaps in
+    stdin/stdout/stderr (and fixes help at 80 columns); it does not run the app itself. For
+    tests that cannot take the function-scoped `cli` fixture (hypothesis)."""
     from typer.testing import CliRunner
 
-    from rlcycle.cli import app
+    from rlcycle.cli import run
 
-    runner = CliRunner()
+    with CliRunner().isolation(input=input, env=env) as streams:
+        try:
+            code = run([str(a) for a in args])
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err, mixed = (s.getvalue() for s in streams)
+    return CliResult(code, out, err, mixed.decode("utf-8", "replace"))
 
-    def invoke(args, input=None):
-        from rlcycle.errors import RlcycleError
 
-        result = runner.invoke(app, [str(a) for a in args], input=input, catch_exceptions=True)
-        # Map RlcycleError the way rlcycle.cli.main does, so tests see the real exit codes.
-        result.error = ""
-        if isinstance(result.exception, RlcycleError):
-            e = result.exception
-            result.exit_code = e.exit_code
-            result.error = f"Error: {e.message}" + (f"\nHint: {e.hint}" if e.hint else "")
-        return result
-
-    return invoke
+@pytest.fixture
+def cli():
+    """`rlcycle` as its users run it: cli(["collect", ...], input=b"...", env={...}) -> CliResult."""
+    return run_cli
 
 
 def _docker_problem() -> str | None:

@@ -1,28 +1,19 @@
-"""scripts/closed_loop.py: two simulate-sourced cycles through the real CLI stay on-policy, and the
-A/B metrics are the right numbers on a hand-made trajectories table."""
+"""The closed loop (rlcycle/closed_loop.py, behind scripts/closed_loop.py): two simulate-sourced
+cycles through the real CLI stay on-policy, and the A/B metrics are the right numbers on a
+hand-made trajectories table."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import polars as pl
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def loop():
-    spec = importlib.util.spec_from_file_location("closed_loop", REPO / "scripts" / "closed_loop.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["closed_loop"] = mod  # dataclasses look their module up by name
-    spec.loader.exec_module(mod)
-    return mod
-
+from rlcycle import closed_loop as loop
+from rlcycle import stats
+from rlcycle.report import ab
+from rlcycle.report.closed_loop import ab_cells, loop_metrics
 
 # --- the metrics, by hand ---------------------------------------------------------------------
 
@@ -49,9 +40,9 @@ ROWS = [
 ]
 
 
-def test_online_metrics_on_a_hand_made_table(loop):
+def test_online_metrics_on_a_hand_made_table():
     traj = pl.DataFrame(ROWS, schema=SCHEMA, orient="row")
-    m = loop.online_metrics(traj)
+    m = loop_metrics(traj)
     assert list(m) == ["A", "B"]  # order of first appearance
     a = m["A"]
     # persistence: (5 + 4) / (10 + 4) over sessions s1, s2 (s3's outcome has not arrived);
@@ -60,44 +51,59 @@ def test_online_metrics_on_a_hand_made_table(loop):
     assert (p.num, p.den, p.units) == (9, 14, 2)
     assert p.value == pytest.approx(9 / 14)
     assert p.se == pytest.approx(0.2040816, abs=1e-6)
-    assert p.lo == pytest.approx(9 / 14 - 1.959964 * 0.2040816, abs=1e-5) and p.hi == 1.0  # clipped at 1
+    assert p.low == pytest.approx(9 / 14 - 1.959964 * 0.2040816, abs=1e-5) and p.high == 1.0  # clipped at 1
     # latency: 1600 ms / 5 calls; session totals 300/2, 300/1, 1000/2 -> SE sqrt(3/2 * 245600) / 5
     lat = a["latency_ms"]
     assert lat.value == pytest.approx(320.0) and lat.se == pytest.approx(121.39192, abs=1e-4)
-    assert lat.lo == pytest.approx(320 - 1.959964 * 121.39192, abs=1e-3)
+    assert lat.low == pytest.approx(320 - 1.959964 * 121.39192, abs=1e-3)
     # invalid calls: 2 of 5 model calls
     assert a["invalid_per_sample"].value == pytest.approx(0.4)
     assert a["tokens_per_call"].value == pytest.approx(12 / 5)
-    # follow-ups: e1 (complaint), e2 (thanks), e3b (complaint the classifier misses); e3a asked
+    # follow-ups: e1 (complaint), e2 (thanks), e3b (complaint the classifier misses); e3a asked.
+    # One follow-up per session: the design effect is 1 and the interval is Wilson's, 1 of 3.
     d = a["dissatisfied_rate"]
     assert (d.num, d.den) == (1, 3) and d.value == pytest.approx(1 / 3)
-    assert (d.lo, d.hi) == (pytest.approx(0.0615, abs=1e-4), pytest.approx(0.7923, abs=1e-4))  # Wilson, 1 of 3
+    assert (d.low, d.high) == (pytest.approx(0.0615, abs=1e-4), pytest.approx(0.7923, abs=1e-4))
+    # s3 asked in one of its two episodes: 1 of 4 episodes, three sessions
+    assert a["clarification_rate"].value == pytest.approx(1 / 4) and a["clarification_rate"].units == 3
     assert a["dissatisfied_truth"].value == pytest.approx(2 / 3)
     assert a["counts"] == {"sessions": 3, "episodes": 4, "samples": 5, "followups": 3, "asked": 1,
                            "edits_with_outcome": 2, "complaints_missed": 1}  # fmt: skip
     b = m["B"]
     assert b["edit_persistence"].value is None and b["dissatisfied_rate"].value is None
-    assert b["latency_ms"].value == 50.0 and b["latency_ms"].lo is None  # one session: no interval
-    ab = loop.ab_table(m)["B"]
-    assert ab["latency_ms"]["diff"].value == pytest.approx(-270.0) and ab["latency_ms"]["call"] == "n/a"
-    assert ab["edit_persistence"]["call"] == "n/a"
+    assert b["latency_ms"].value == 50.0 and b["latency_ms"].low is None  # one session: no interval
+    cells = ab_cells(m)["B"]
+    assert cells["latency_ms"].diff.value == pytest.approx(-270.0) and cells["latency_ms"].call == "n/a"
+    assert cells["edit_persistence"].call == "n/a"
 
 
-def test_differences_and_calls(loop):
+def test_differences_and_calls():
     # Newcombe (1998), example (a): 56/70 vs 48/80 -> +0.2000 [0.0524, 0.3339]
-    d = loop.difference(loop.wilson(48, 80), loop.wilson(56, 70))
-    assert d.value == pytest.approx(0.2) and (d.lo, d.hi) == (pytest.approx(0.0524, abs=1e-4), pytest.approx(0.3339, abs=1e-4))
-    assert loop._call(d, -1) == "worse" and loop._call(d, +1) == "better"
+    d = stats.difference(stats.wilson(48, 80), stats.wilson(56, 70))
+    assert d.value == pytest.approx(0.2) and (d.low, d.high) == (pytest.approx(0.0524, abs=1e-4), pytest.approx(0.3339, abs=1e-4))
+    assert ab.call(d, -1) == "worse" and ab.call(d, +1) == "better" and ab.call(d, 0) == "changed"
     # ratios: independent arms, SEs combined
-    a = loop.ratio_estimate([100.0, 300.0], [1, 1])  # 200, SE sqrt(2 * 2 * 100^2) / 2 = 100
-    b = loop.ratio_estimate([150.0, 250.0, 200.0], [1, 1, 1])
+    a = stats.ratio_estimate([100.0, 300.0], [1, 1])  # 200, SE sqrt(2 * 2 * 100^2) / 2 = 100
+    b = stats.ratio_estimate([150.0, 250.0, 200.0], [1, 1, 1])
     assert a.se == pytest.approx(100.0)
-    diff = loop.difference(a, b)
+    diff = stats.difference(a, b)
     assert diff.value == pytest.approx(0.0) and diff.se == pytest.approx(math.hypot(100.0, b.se))
-    assert loop._call(diff, -1) == "no change detected"
+    assert ab.call(diff, -1) == "no change detected"
 
 
-def test_cycle_config_and_sets(loop):
+def test_ab_table_rows_keyed_by_arm_and_version():
+    """Generic rows: any key, differences against the chosen baseline row only."""
+    est = {"p": stats.wilson(48, 80)}
+    rows = {("control", "v0"): est, ("treatment", "v0"): {"p": stats.wilson(56, 70)}, ("naive", "v0"): est}
+    cells = ab.ab_table(rows, ("control", "v0"), ["p"], {"p": +1})
+    assert list(cells) == [("treatment", "v0"), ("naive", "v0")]
+    assert cells[("treatment", "v0")]["p"].call == "better"
+    assert cells[("naive", "v0")]["p"].diff.value == 0.0 and cells[("naive", "v0")]["p"].call == "no change detected"
+    with pytest.raises(KeyError):
+        ab.ab_table(rows, ("control", "v9"), ["p"])
+
+
+def test_cycle_config_and_sets():
     import tomllib
 
     sets = loop.parse_sets(["train.lr=1e-4", "eval.max_tasks=5", 'simulate.run_id="x"'])
@@ -116,7 +122,7 @@ TINY = ["--set", "simulate.max_new_tokens=8", "--set", "simulate.max_turns=1", "
 
 
 @pytest.mark.docker
-def test_two_cycles_stay_on_policy(loop, tmp_path, docker_client, capsys):
+def test_two_cycles_stay_on_policy(tmp_path, docker_client, capsys):
     out = tmp_path / "loop"
     code = loop.main(["--cycles", "2", "--episodes", "4", "--out", str(out), "--no-measure", "--json", "-q", *TINY])
     report = json.loads(capsys.readouterr().out)

@@ -164,24 +164,21 @@ def test_otel_spans_become_completions(cli, tmp_path):
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10_000), split=st.integers(1, 5))
 def test_shuffled_event_order_gives_identical_trajectories(tmp_path_factory, seed, split):
-    from typer.testing import CliRunner
-
-    from rlcycle.cli import app
+    from conftest import run_cli
 
     tmp = tmp_path_factory.mktemp("shuffle")
     evs = many(8)
     evs += [dict(e) for e in evs[:5]]  # duplicates, re-logged later
     ref = tmp / "ref.arrow"
     write_jsonl(tmp / "ref" / "a.jsonl", evs)
-    runner = CliRunner()
-    assert runner.invoke(app, ["collect", str(tmp / "ref"), "-o", str(ref), "--as-of", AS_OF, "-q"]).exit_code == 0
+    assert run_cli(["collect", tmp / "ref", "-o", ref, "--as-of", AS_OF, "-q"]).exit_code == 0
     shuffled = list(evs)
     random.Random(seed).shuffle(shuffled)
     size = len(shuffled) // split + 1
     for i in range(split):  # spread over several files too
         write_jsonl(tmp / "shuf" / f"{i}.jsonl", shuffled[i * size : (i + 1) * size])
     out = tmp / "out.arrow"
-    r = runner.invoke(app, ["collect", str(tmp / "shuf"), "-o", str(out), "--as-of", AS_OF, "-q", "--set", "bucket_bytes=1048576"])
+    r = run_cli(["collect", tmp / "shuf", "-o", out, "--as-of", AS_OF, "-q", "--set", "bucket_bytes=1048576"])
     assert r.exit_code == 0
     assert pl.read_ipc(out).equals(pl.read_ipc(ref))
 

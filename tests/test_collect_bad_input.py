@@ -100,7 +100,7 @@ def test_truncated_arrow_file_keeps_complete_batches(cli, tmp_path):
 
 
 def test_failure_midway_leaves_no_partial_output(cli, tmp_path, monkeypatch):
-    from rlcycle import collect_join
+    from rlcycle.collect import join as collect_join
 
     src = write_jsonl(tmp_path / "ev.jsonl", episode("ep1"))
     out = tmp_path / "t.arrow"
@@ -139,3 +139,104 @@ def test_refuses_binary_to_a_terminal(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "stdout", Tty())
     with pytest.raises(InputError, match="terminal"):
         rio.refuse_terminal(sys.stdout)
+
+
+# --- hostile input: huge and deeply nested lines -------------------------------------------------
+
+GITHUB_KEY = "ghp_" + "A1b2" * 10
+
+
+def test_a_5_mb_bad_line_is_quarantined_redacted_and_capped(cli, tmp_path):
+    """Redaction is linear: a backtracking regex over this 5 MB run of letters would not finish
+    (the e-mail pattern alone is quadratic in it), so this test would hang, not just be slow."""
+    from rlcycle.collect.stage import QUARANTINE_FIELD_CHARS
+
+    run_of_letters = "a" * (5 << 20)
+    line = f'{{"event_id": "big", "type": "completion", "text": "key {GITHUB_KEY} {run_of_letters} bob@example.com"'
+    good = episode("ep1")
+    src = write_jsonl(tmp_path / "ev.jsonl", good[:2], [line])
+    with open(src, "a") as f:
+        f.writelines(json.dumps(e) + "\n" for e in good[2:])
+    out = tmp_path / "t.arrow"
+    r = run(cli, src, "-o", out, "--json")
+    assert r.exit_code == 0, r.error
+    s = json.loads(r.stdout)
+    assert s["quarantined"] == 1 and s["events_in"] == len(good)
+    assert s["redactions"] == {"github_token": 1, "email": 1}  # the whole line was redacted
+    assert s["quarantine_truncated"] == 1
+    qfile = tmp_path / "t.arrow.quarantine.jsonl"
+    assert GITHUB_KEY.encode() not in qfile.read_bytes() and b"bob@example.com" not in qfile.read_bytes()
+    (q,) = [json.loads(x) for x in qfile.read_text().splitlines()]
+    assert q["line"] == 3 and "malformed JSON" in q["reason"]
+    assert q["record"].startswith('{"event_id": "big", "type": "completion", "text": "key [REDACTED:github_token] aaa')
+    redacted = line.replace(GITHUB_KEY, "[REDACTED:github_token]").replace("bob@example.com", "[REDACTED:email]")
+    cap = QUARANTINE_FIELD_CHARS
+    assert q["record"] == f"{redacted[:cap]}…[truncated: {len(redacted) - cap} more characters]"
+    assert pl.read_ipc(out).height == 2
+
+
+def test_a_long_followup_with_a_secret_is_redacted_on_the_main_path(cli, tmp_path):
+    text = "x" * (2 << 20) + " mail bob@example.com"
+    src = write_jsonl(tmp_path / "ev.jsonl", episode("ep1", followup=text))
+    out = tmp_path / "t.arrow"
+    r = run(cli, src, "-o", out, "--json")
+    assert r.exit_code == 0, r.error
+    assert json.loads(r.stdout)["redactions"] == {"email": 1}
+    (followup,) = set(pl.read_ipc(out)["followup_text"])
+    assert followup == "x" * (2 << 20) + " mail [REDACTED:email]"
+
+
+DEEP = 5000
+DEEP_LINES = {
+    "arrays": "[" * DEEP + "]" * DEEP,
+    "objects": '{"a":' * DEEP + "1" + "}" * DEEP,
+    "in_a_field": '{"event_id": "d", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "tool_calls": '
+    + "[" * DEEP + "]" * DEEP + "}",
+    "unclosed": "{" * DEEP,
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEEP_LINES))
+def test_a_deeply_nested_line_is_quarantined_like_any_bad_line(cli, tmp_path, case):
+    line = DEEP_LINES[case]
+    good = episode("ep1")
+    src = write_jsonl(tmp_path / "ev.jsonl", good[:2], [line])
+    with open(src, "a") as f:
+        f.writelines(json.dumps(e) + "\n" for e in good[2:])
+    out = tmp_path / "t.arrow"
+    r = run(cli, src, "-o", out, "--json")
+    assert r.exit_code == 0, r.error
+    s = json.loads(r.stdout)
+    assert s["quarantined"] == 1 and s["events_in"] == len(good)
+    (q,) = [json.loads(x) for x in (tmp_path / "t.arrow.quarantine.jsonl").read_text().splitlines()]
+    assert q["line"] == 3 and q["record"] == line
+    expected = "malformed JSON" if case == "unclosed" else "JSON nested too deeply"
+    assert q["reason"].startswith(expected), q["reason"]
+    assert pl.read_ipc(out).height == 2
+
+
+def _otel_line(spans) -> str:
+    return json.dumps({"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {"name": "x"}, "spans": spans}]}]})
+
+
+def test_deeply_nested_otel_is_quarantined_not_a_crash(cli, tmp_path):
+    attrs = [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+             {"key": "gen_ai.output.messages", "value": {"stringValue": "[" * DEEP + "]" * DEEP}}]  # fmt: skip
+    deep_span = {"traceId": "t1", "spanId": "sp1", "name": "chat m", "attributes": attrs}
+    deep_doc = '{"resourceSpans": ' + "[" * DEEP + "]" * DEEP + "}"
+    src = tmp_path / "spans.jsonl"  # the collector's file exporter: one document per line
+    src.write_text(_otel_line([deep_span]) + "\n" + deep_doc + "\n")
+    r = run(cli, src, "-o", tmp_path / "t.arrow", "--json")
+    assert r.exit_code == 0, r.error
+    assert json.loads(r.stdout)["quarantined"] == 2
+    lines = (tmp_path / "t.arrow.quarantine.jsonl").read_text().splitlines()
+    span, doc = sorted((json.loads(x) for x in lines), key=lambda q: q["line"])
+    assert span["line"] == 1 and "span 'chat m': an attribute is nested too deeply" in span["reason"]
+    assert doc["line"] == 2 and "nested too deeply" in doc["reason"] and doc["record"] == deep_doc
+
+
+def test_a_deeply_nested_json_document_is_a_usage_error(cli, tmp_path):
+    src = tmp_path / "doc.json"
+    src.write_text("[\n" + "[" * DEEP + "]" * DEEP + "\n]\n")
+    r = run(cli, src, "-o", tmp_path / "t.arrow")
+    assert r.exit_code == 2 and "nested too deeply" in r.error

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rlcycle.registry import Registry
+from rlcycle.policy.registry import Registry
 
 pytestmark = pytest.mark.docker
 

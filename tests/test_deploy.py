@@ -8,14 +8,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pyarrow as pa
 import pytest
 
 from rlcycle import schema
-from rlcycle.registry import Registry, checkpoint_id
+from rlcycle.policy.registry import Registry, checkpoint_id
 
 
 def make_ckpt(path, seed: int):
@@ -123,40 +122,102 @@ def test_http_hook_receives_the_checkpoint(cli, ckpts, tmp_path):
         server.shutdown()
 
 
+def _temps(root):
+    """Dot-entries under checkpoints/ (a writer's temp dirs), looked at without opening the registry."""
+    return sorted(p.name for p in (root / "checkpoints").iterdir() if p.name.startswith("."))
+
+
 def _registry_is_valid(root):
-    reg = Registry(root)
+    reg = Registry(root)  # opening it repairs what a killed writer left
     state = reg.state()
     for cid in state["aliases"].values():
         assert (reg.ckpts / cid / "config.json").exists()
     assert reg.history().num_rows == state["seq"]
-    assert not [p for p in reg.ckpts.iterdir() if p.name.startswith(".") and p.is_file()]
+    assert _temps(root) == []  # no temp dir (or file) left behind
+    for d in reg.ckpts.iterdir():  # every stored checkpoint is complete: its content is its id
+        assert checkpoint_id(d) == d.name
 
 
-@pytest.mark.parametrize("crash_at", ["copied", "before-state", "after-state"])
+def _deploy(env, v, ckpt, crash_at=None, *extra):
+    env = dict(env, RLCYCLE_CRASH_AT=crash_at) if crash_at else env
+    cmd = [sys.executable, "-m", "rlcycle", "deploy", "--verdict", str(v), *extra, str(ckpt)]
+    return subprocess.run(cmd, env=env, capture_output=True).returncode
+
+
+# crash point -> which checkpoint is production after the kill (of deploying ckpts[1] over ckpts[0])
+DEPLOY_CRASHES = {"copying": 0, "copied": 0, "before-state": 0, "after-state": 1,
+                  "before-state:promote": 0, "after-state:promote": 1}  # fmt: skip
+
+
+@pytest.mark.parametrize("crash_at", sorted(DEPLOY_CRASHES))
 def test_killed_mid_deploy_leaves_a_valid_registry(ckpts, tmp_path, crash_at, rlcycle_home):
-    v = verdict(tmp_path)
+    v, root = verdict(tmp_path), rlcycle_home / "registry"
     env = dict(os.environ, RLCYCLE_HOME=str(rlcycle_home))
-    cmd = [sys.executable, "-m", "rlcycle", "deploy", "--verdict", str(v)]
-    assert subprocess.run([*cmd, str(ckpts[0])], env=env).returncode == 0
-    r = subprocess.run([*cmd, str(ckpts[1])], env=dict(env, RLCYCLE_CRASH_AT=crash_at))
-    assert r.returncode == -signal.SIGKILL
-    _registry_is_valid(rlcycle_home / "registry")
-    expected = checkpoint_id(ckpts[1]) if crash_at == "after-state" else checkpoint_id(ckpts[0])
-    assert Registry().aliases()["production"] == expected
+    assert _deploy(env, v, ckpts[0]) == 0
+    assert _deploy(env, v, ckpts[1], crash_at) == -signal.SIGKILL  # the crash point was reached
+    if crash_at in ("copying", "copied"):
+        assert len(_temps(root)) == 1  # the killed copy is still there, until the next open
+    _registry_is_valid(root)
+    ids = [checkpoint_id(c) for c in ckpts]
+    assert Registry().aliases()["production"] == ids[DEPLOY_CRASHES[crash_at]]
     # and the registry keeps working: the same deploy now completes
-    assert subprocess.run([*cmd, str(ckpts[1])], env=env).returncode == 0
-    _registry_is_valid(rlcycle_home / "registry")
+    assert _deploy(env, v, ckpts[1]) == 0
+    _registry_is_valid(root)
+    assert Registry().aliases() == {"production": ids[1], "previous": ids[0]}
 
 
-def test_sigkill_at_random_moments(ckpts, tmp_path, rlcycle_home):
-    v = verdict(tmp_path)
+def test_killed_mid_copy_into_an_empty_registry(ckpts, tmp_path, rlcycle_home):
+    v, root = verdict(tmp_path), rlcycle_home / "registry"
     env = dict(os.environ, RLCYCLE_HOME=str(rlcycle_home))
-    for i, delay in enumerate([0.3, 0.6, 0.9, 1.2, 1.5, 1.8]):
-        proc = subprocess.Popen([sys.executable, "-m", "rlcycle", "deploy", "--verdict", str(v), str(ckpts[i % 3])], env=env)
-        time.sleep(delay)
-        proc.kill()
-        proc.wait()
-        _registry_is_valid(rlcycle_home / "registry")
+    assert _deploy(env, v, ckpts[0], "copying") == -signal.SIGKILL
+    (temp,) = _temps(root)
+    copied = sorted(os.listdir(root / "checkpoints" / temp))
+    assert len(copied) == 1 and len(os.listdir(ckpts[0])) > 1  # killed after its first file
+    _registry_is_valid(root)
+    assert Registry().aliases() == {} and Registry().checkpoints() == []
+
+
+@pytest.mark.parametrize("crash_at, rolled_back", [("before-state:rollback", False), ("after-state:rollback", True)])
+def test_killed_mid_rollback_leaves_a_valid_registry(ckpts, tmp_path, rlcycle_home, crash_at, rolled_back):
+    v, root = verdict(tmp_path), rlcycle_home / "registry"
+    env = dict(os.environ, RLCYCLE_HOME=str(rlcycle_home))
+    assert _deploy(env, v, ckpts[0]) == 0 and _deploy(env, v, ckpts[1]) == 0
+    r = subprocess.run([sys.executable, "-m", "rlcycle", "rollback"], env=dict(env, RLCYCLE_CRASH_AT=crash_at))
+    assert r.returncode == -signal.SIGKILL
+    _registry_is_valid(root)
+    ids = [checkpoint_id(c) for c in ckpts]
+    assert Registry().aliases()["production"] == (ids[0] if rolled_back else ids[1])
+
+
+def test_opening_waits_for_a_live_writer_and_keeps_its_copy(ckpts, rlcycle_home):
+    """The stale-temp sweep runs under the registry lock, so a copy in progress is never swept."""
+    root = rlcycle_home / "registry"
+    reg = Registry(root)
+    in_copy, finish = threading.Event(), threading.Event()
+    final = reg.ckpts / "ckpt-being-added"
+
+    def writer():
+        with reg.locked():
+            tmp = reg.ckpts / ".ckpt-being-added.live.tmp"
+            tmp.mkdir()
+            (tmp / "config.json").write_text("{}")
+            in_copy.set()
+            finish.wait(30)
+            os.replace(tmp, final)
+
+    w = threading.Thread(target=writer)
+    w.start()
+    assert in_copy.wait(30)
+    opened = []
+    opener = threading.Thread(target=lambda: opened.append(Registry(root)))
+    opener.start()
+    opener.join(timeout=1)
+    assert opener.is_alive() and not opened  # blocked on the lock, not sweeping
+    assert _temps(root) == [".ckpt-being-added.live.tmp"]
+    finish.set()
+    w.join(30)
+    opener.join(30)
+    assert opened and (final / "config.json").read_text() == "{}" and _temps(root) == []
 
 
 def test_history_is_an_arrow_file_other_readers_open(cli, ckpts, tmp_path, rlcycle_home):

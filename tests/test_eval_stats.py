@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rlcycle.evaluation import stats
+from rlcycle import stats
 
 
 def test_pass_at_k_matches_the_definition():

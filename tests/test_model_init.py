@@ -6,10 +6,7 @@ import hashlib
 import json
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
-from rlcycle.cli.model_cmd import register
 from rlcycle.errors import InputError
 from rlcycle.model_init import init_model
 
@@ -23,13 +20,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def app():
-    app = typer.Typer()
-    register(app)
-    return app
 
 
 @pytest.fixture(scope="module")
@@ -87,28 +77,21 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["m"]  # no temp or old directories left
 
 
-def test_cli_init_model_json(app, tmp_path):
-    result = CliRunner().invoke(app, ["init-model", "-o", str(tmp_path / "m"), "--seed", "3",
-                                      "--size", "tiny", "--json"])
+def test_cli_init_model_json(cli, tmp_path):
+    result = cli(["init-model", "-o", tmp_path / "m", "--seed", 3, "--size", "tiny", "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["seed"] == 3 and out["size"] == "tiny" and out["checkpoint_id"].startswith("sha256:")
     assert (tmp_path / "m" / "config.json").exists()
 
 
-def test_cli_rejects_bad_size_with_exit_2(app, tmp_path):
-    result = CliRunner().invoke(app, ["init-model", "-o", str(tmp_path / "m"), "--size", "huge"])
-    assert isinstance(result.exception, InputError) and result.exception.exit_code == 2
-    assert "size='huge'" in result.exception.message
+def test_cli_rejects_bad_size_with_exit_2(cli, tmp_path):
+    result = cli(["init-model", "-o", tmp_path / "m", "--size", "huge"])
+    assert result.exit_code == 2 and result.error.startswith("Error: ") and "size='huge'" in result.error
+    assert not (tmp_path / "m").exists()
 
 
-def test_every_command_has_help_with_examples(app):
-    for cmd in ("init-model", "serve"):
-        result = CliRunner().invoke(app, [cmd, "--help"])
-        assert result.exit_code == 0 and "Example" in result.stdout, result.stdout
-
-
-def test_cli_warm_start_trains_on_reference_transcripts(app, tmp_path):
+def test_cli_warm_start_trains_on_reference_transcripts(cli, tmp_path):
     """A few steps only: this checks the wiring (suite -> harness -> loss -> lineage)."""
     from rlcycle.tasks.suite import Task, write_task
 
@@ -119,8 +102,8 @@ def test_cli_warm_start_trains_on_reference_transcripts(app, tmp_path):
                                                       "    assert add(2, 3) == 5\n"},
                         solution={"calc.py": f"def add(a, b):\n    return {new}\n"}),
                    tmp_path / "suite")
-    result = CliRunner().invoke(app, ["init-model", "-o", str(tmp_path / "m"), "--warm-start",
-                                      str(tmp_path / "suite"), "--warm-start-steps", "2", "--json"])
+    result = cli(["init-model", "-o", tmp_path / "m", "--warm-start", tmp_path / "suite",
+                  "--warm-start-steps", 2, "--json"])  # fmt: skip
     assert result.exit_code == 0, result.output
     warm = json.loads(result.stdout.strip().splitlines()[-1])["warm_start"]
     assert warm["tasks"] == 2 and warm["steps"] == 2 and warm["tokens_trained"] > 0

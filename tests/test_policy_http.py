@@ -155,10 +155,8 @@ def test_serve_command_end_to_end(tmp_path, prompts, policy):
     from rlcycle.model_init import init_model
 
     init_model(tmp_path / "m", seed=0)
-    code = ("import typer; from rlcycle.cli.model_cmd import register; "
-            "app = typer.Typer(); register(app); app()")
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", "--policy", str(tmp_path / "m"), "--port", "0",
+        [sys.executable, "-m", "rlcycle", "serve", "--policy", str(tmp_path / "m"), "--port", "0",
          "--json", "--device", "cpu"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         env={**os.environ, "OMP_NUM_THREADS": "1"},

@@ -8,7 +8,6 @@ TRAIN_METRICS_SCHEMA. The HTML is parsed back with html.parser.
 from __future__ import annotations
 
 import json
-import math
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -19,8 +18,8 @@ from distill_data import T0, call, episode
 from distill_data import write as write_trajectories
 
 from rlcycle import io as rio
-from rlcycle.report.metrics import ratio_estimate
 from rlcycle.schema import EVAL_RESULTS, conform
+from rlcycle.stats import ratio_estimate
 
 EVIL = "<script>alert('x')</script> still fails & it's worse"
 SECTIONS = ("run", "reward", "online", "eval", "training")
@@ -150,38 +149,12 @@ class Page(HTMLParser):
             self.sections[self._section]["text"] += data
 
 
-@pytest.fixture
-def rcli():
-    """The real `rlcycle report` command: on the main app once wired there, else on its own."""
-    import typer
-    from typer.testing import CliRunner
-
-    from rlcycle.cli import app as main_app
-    from rlcycle.cli import report_cmd
-    from rlcycle.errors import RlcycleError
-
-    app = main_app
-    if not any(c.name == "report" for c in main_app.registered_commands):
-        app = typer.Typer()
-        app.callback()(lambda: None)
-        report_cmd.register(app)
-    runner = CliRunner()
-
-    def invoke(args):
-        result = runner.invoke(app, ["report", *map(str, args)], catch_exceptions=True)
-        if isinstance(result.exception, RlcycleError):  # as rlcycle.cli.main maps it
-            result.exit_code = result.exception.exit_code
-        return result
-
-    return invoke
-
-
 # --- tests -----------------------------------------------------------------------------------
 
 
-def test_full_run_dir_renders_every_section_with_charts(rcli, tmp_path):
+def test_full_run_dir_renders_every_section_with_charts(cli, tmp_path):
     run = make_run(tmp_path)
-    r = rcli([run, "--json"])
+    r = cli(["report", run, "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["report"] == str(run / "report.html")
@@ -192,8 +165,8 @@ def test_full_run_dir_renders_every_section_with_charts(rcli, tmp_path):
     assert not page.errors and not page.stack, (page.errors, page.stack)
     assert set(page.sections) == set(SECTIONS)
     svgs = {k: v["svgs"] for k, v in page.sections.items()}
-    # reward: mean + share; online: 5 metrics; eval: interval + clusters; training: 6 curves
-    assert svgs == {"run": 0, "reward": 2, "online": 5, "eval": 2, "training": 6}
+    # reward: mean + share; online: 8 metrics (no tests_passed column); eval: interval + clusters; training: 6 curves
+    assert svgs == {"run": 0, "reward": 2, "online": 8, "eval": 2, "training": 6}
     assert "not available" not in html
     text = page.sections
     assert "sha256:cand" in text["run"]["text"] and "sha256:base" in text["run"]["text"]
@@ -201,10 +174,10 @@ def test_full_run_dir_renders_every_section_with_charts(rcli, tmp_path):
     assert "edit_persistence" in text["reward"]["text"] and "pb" in text["online"]["text"]
 
 
-def test_escapes_a_script_followup_text(rcli, tmp_path):
+def test_escapes_a_script_followup_text(cli, tmp_path):
     """A follow-up `<script>` is shown as text (in the complaints table), never as markup."""
     run = make_run(tmp_path)
-    assert rcli([run]).exit_code == 0
+    assert cli(["report", run]).exit_code == 0
     html = (run / "report.html").read_text()
     page = Page(html)
     assert "script" not in page.tags  # no data became markup
@@ -222,9 +195,9 @@ def test_escaping_helpers():
     assert esc(EVIL) == esc(esc(EVIL))  # escaped markup is not escaped twice
 
 
-def test_only_collect_done(rcli, tmp_path):
+def test_only_collect_done(cli, tmp_path):
     run = make_run(tmp_path, ("collect",))
-    r = rcli([run, "--json"])
+    r = cli(["report", run, "--json"])
     assert r.exit_code == 0, r.output
     available = {s["id"]: s for s in json.loads(r.stdout)["sections"]}
     assert available["run"]["available"] and available["online"]["available"]
@@ -233,13 +206,13 @@ def test_only_collect_done(rcli, tmp_path):
         assert f"the {stage} stage did not run" in available[sid]["why"]
     page = Page((run / "report.html").read_text())
     assert not page.errors
-    assert page.sections["online"]["svgs"] == 5
+    assert page.sections["online"]["svgs"] == 8
     assert "unavailable" in page.sections["training"]["class"]
     assert "not available: the train stage did not run" in page.sections["training"]["text"]
     assert "none (eval: not run)" in page.sections["run"]["text"]
 
 
-def test_unfinished_and_corrupt_stages_are_explained(rcli, tmp_path):
+def test_unfinished_and_corrupt_stages_are_explained(cli, tmp_path):
     run = make_run(tmp_path, ("collect", "distill"))
     (run / "train").mkdir()  # crashed before its manifest
     (run / "eval").mkdir()
@@ -247,7 +220,7 @@ def test_unfinished_and_corrupt_stages_are_explained(rcli, tmp_path):
     (run / "eval/eval_results.arrow").write_text("garbage")
     _manifest(run, "eval", {"decision": "refuse"})
     out = tmp_path / "elsewhere" / "r.html"
-    r = rcli([run, "-o", out, "--json"])
+    r = cli(["report", run, "-o", out, "--json"])
     assert r.exit_code == 0, r.output
     s = {x["id"]: x for x in json.loads(r.stdout)["sections"]}
     assert "the train stage did not finish" in s["training"]["why"]
@@ -255,38 +228,39 @@ def test_unfinished_and_corrupt_stages_are_explained(rcli, tmp_path):
     assert out.exists() and not (run / "report.html").exists()
 
 
-def test_plain_output_is_the_path(rcli, tmp_path):
+def test_plain_output_is_the_path(cli, tmp_path):
     run = make_run(tmp_path, ("collect",))
-    r = rcli([run])
+    r = cli(["report", run])
     assert r.exit_code == 0
     assert r.stdout.strip() == str(run / "report.html")
 
 
 @pytest.mark.parametrize("what", ["missing", "file", "empty"])
-def test_bad_run_dir_exits_2(rcli, tmp_path, what):
+def test_bad_run_dir_exits_2(cli, tmp_path, what):
     path = tmp_path / "nope"
     if what == "file":
         path.write_text("x")
     elif what == "empty":
         path.mkdir()
-    r = rcli([path])
+    r = cli(["report", path])
     assert r.exit_code == 2
     assert not (tmp_path / "nope" / "report.html").exists()
 
 
 def test_online_metrics_numbers(tmp_path):
     """Golden numbers of the online table on the hand-made trajectories."""
-    from rlcycle.report.metrics import online_metrics
+    from rlcycle.report.metrics import Scoring, online_of
 
     _trajectories(tmp_path / "t.arrow")
-    m = online_metrics(pl.read_ipc(tmp_path / "t.arrow"), {}, ["ask_user"])
-    assert m.versions == ["pa", "pb"] and m.episodes == {"pa": 4, "pb": 5}
-    pa_, pb = (m.metrics[k] for k in ("edit_persistence", "dissatisfied_rate"))
+    m = online_of(pl.read_ipc(tmp_path / "t.arrow"), Scoring())
+    assert m.versions == ["pa", "pb"] and [m.counts[v]["episodes"] for v in m.versions] == [4, 5]
+    pa_, pb = ({v: m.metrics[v][k] for v in m.versions} for k in ("edit_persistence", "dissatisfied_rate"))
     assert pa_["pa"].value == pytest.approx((4 + 5 + 6 + 7) / 40)
     assert pb["pa"].value == pytest.approx(0.75)  # e0, e1 (the <script> complaint), e2 of e0..e3
-    assert pb["pb"].value == pytest.approx(0.5) and pb["pb"].denominator == 4  # the ask_user answer is not counted
-    inv = m.metrics["invalid_per_sample"]
+    assert pb["pb"].value == pytest.approx(0.5) and pb["pb"].den == 4  # the ask_user answer is not counted
+    inv = {v: m.metrics[v]["invalid_per_sample"] for v in m.versions}
     assert inv["pa"].value == pytest.approx(2 / 8) and inv["pb"].value == pytest.approx(1 / 9)
+    assert "tests_pass_rate" in m.absent and m.notes  # no tests_passed column: said, not guessed
 
 
 def test_ratio_estimate_interval():
@@ -296,9 +270,9 @@ def test_ratio_estimate_interval():
     assert e.low == pytest.approx(0.75 - 1.959964 * 0.25, abs=1e-6)
     assert e.high == pytest.approx(0.75 + 1.959964 * 0.25, abs=1e-6)
     assert ratio_estimate([0, 0], [0, 0]).value is None
-    one = ratio_estimate([3], [4])
-    assert one.value == one.low == one.high == 0.75
-    assert not math.isnan(ratio_estimate([5, 5], [2, 2]).low)
+    one = ratio_estimate([3], [4])  # one cluster: an estimate, no interval
+    assert one.value == 0.75 and one.low is None and one.high is None
+    assert ratio_estimate([5, 5], [2, 2]).low == 2.5  # no variation: a zero-width interval
 
 
 def test_svg_charts_handle_edge_cases():
@@ -313,23 +287,50 @@ def test_svg_charts_handle_edge_cases():
     assert svg.nice_ticks(0, 1) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
 
 
-def test_html_on_stdout(rcli, tmp_path):
+def test_html_on_stdout(cli, tmp_path):
     run = make_run(tmp_path, ("collect",))
-    r = rcli([run, "-o", "-"])
+    r = cli(["report", run, "-o", "-"])
     assert r.exit_code == 0
     assert r.stdout.startswith("<!DOCTYPE html>") and not (run / "report.html").exists()
-    assert rcli([run, "-o", "-", "--json"]).exit_code == 2
+    assert cli(["report", run, "-o", "-", "--json"]).exit_code == 2
 
 
 def test_dissatisfied_rate_matches_the_distill_monitors(tmp_path):
-    """The report's classifier is distill's: its rate per version is the monitors' rate."""
+    """The report's classifier is distill's: its rates per version are the monitors' rates."""
     from rlcycle.report.load import RunDir
-    from rlcycle.report.metrics import online_metrics
-    from rlcycle.report.online import COLUMNS, _classifier
+    from rlcycle.report.metrics import run_online_metrics
 
     run = RunDir(make_run(tmp_path, ("collect", "distill")))
-    scoring, clarify, _ = _classifier(run)
-    m = online_metrics(run.table("trajectories", COLUMNS), scoring, clarify)
+    m, _ = run_online_metrics(run)
     monitors = run.json("reward_report")["per_policy_version"]
     for v in m.versions:
-        assert m.metrics["dissatisfied_rate"][v].value == pytest.approx(monitors[v]["dissatisfied_rate"], abs=1e-6)
+        for mine, theirs in (("dissatisfied_rate", "dissatisfied_rate"), ("clarification_rate", "clarification_rate"),
+                             ("edit_rate", "edit_rate"), ("latency_ms", "mean_latency_ms")):  # fmt: skip
+            assert m.metrics[v][mine].value == pytest.approx(monitors[v][theirs], abs=1e-6)
+
+
+def test_report_and_closed_loop_print_the_same_numbers(tmp_path):
+    """The closed-loop table and `rlcycle report` on one run: the same estimates, printed alike."""
+    from rlcycle.online import METRICS
+    from rlcycle.report import ab
+    from rlcycle.report import online as online_section
+    from rlcycle.report.closed_loop import SHOWN, build_report, render
+    from rlcycle.report.load import RunDir
+    from rlcycle.report.metrics import run_online_metrics
+
+    run = RunDir(make_run(tmp_path, ("collect", "distill")))
+    mine, _ = run_online_metrics(run)
+    html = str(online_section._body(run))
+    runs = {"home": str(tmp_path / "home"), "cycles": [{"name": "run", "exit_code": 0, "wall_s": 1.0}]}
+    loop = build_report(tmp_path, runs)
+    text = render(loop)
+    assert [v["id"] for v in loop["versions"]] == mine.versions
+    compared = 0
+    for v in mine.versions:
+        for name in set(SHOWN) & set(mine.metrics[v]):
+            e = mine.metrics[v][name]
+            assert loop["metrics"][v][name] == e, (v, name)
+            printed = ab.fmt(e, METRICS[name].unit)
+            assert printed in text and printed in html, (v, name, printed)
+            compared += 1
+    assert compared >= 10

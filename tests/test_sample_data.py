@@ -1,7 +1,7 @@
 """The committed sample data keeps its promises: tokenizer, production event log, OTel export.
 
 The sample (sample_data/events, sample_data/otel) is the input most other tests and the docs use,
-so this file checks it against the `events` contract of DESIGN.md field by field, and checks that
+so this file checks it against the `events` contract of docs/design.md field by field, and checks that
 scripts/gen_events.py and scripts/make_tokenizer.py reproduce what is committed.
 """
 
@@ -328,10 +328,12 @@ def test_tool_calls_and_results(sample):
 
 
 def test_tool_calls_are_what_the_harness_parser_makes_of_the_text(sample):
-    """Production logs what rlcycle.harness.parse says: same calls, names, arguments, reasons."""
-    parse = pytest.importorskip("rlcycle.harness.parse")
+    """Production logs what rlcycle.harness.parse says with the sample agent's tools (the
+    harness's but replace_in_file, see gen.TOOLS): same calls, names, arguments, reasons."""
+    from rlcycle.harness import parse_completion
+
     for e in sample.completions:
-        parsed = parse.parse_completion(e["completion_text"].removesuffix("<|im_end|>"))
+        parsed = parse_completion(e["completion_text"].removesuffix("<|im_end|>"), gen.TOOLS)
         assert len(parsed.calls) == len(e["tool_calls"])
         for call, logged in zip(parsed.calls, e["tool_calls"], strict=True):
             assert call.as_log(logged["call_id"]) == logged

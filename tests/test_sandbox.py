@@ -53,7 +53,7 @@ def no_leaks_at_the_end():
         client.ping()
     except Exception:  # no engine: the Docker tests were skipped, nothing to check
         return
-    deadline = time.monotonic() + 15  # auto-removed containers vanish asynchronously
+    deadline = time.monotonic() + 60  # auto-removed containers vanish asynchronously
     while mine(client) and time.monotonic() < deadline:
         time.sleep(0.2)
     left = mine(client)
@@ -154,7 +154,9 @@ def test_infinite_loop_is_killed_at_its_timeout(pool):
     with pool.acquire() as sb:
         r = sb.exec("trap '' TERM; while :; do :; done", timeout=1)
     assert r.status is Status.TIMEOUT and r.signal == 9
-    assert 1 <= r.duration_s < 3
+    # The loop never ends by itself: the status says the 1 s timeout killed it (the host deadline
+    # would say INFRA); the bound only says it did not run on, loose enough for a busy machine.
+    assert 1 <= r.duration_s < 30
     host_is_fine(pool)
 
 
@@ -220,7 +222,7 @@ def test_killing_the_executor_is_an_infrastructure_error_and_the_pool_heals(pool
     with pool.acquire() as sb:
         r = sb.exec("kill -9 $PPID; sleep 5", timeout=10)
         assert r.status is Status.INFRA and r.infra_error and sb.broken
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while pool.stats()["idle"][pool.images[0]] < pool.size and time.monotonic() < deadline:
         time.sleep(0.1)
     assert pool.stats()["total"] == pool.size
@@ -233,13 +235,13 @@ def test_a_stopped_executor_hits_the_host_deadline(docker_client, image):
         start = time.monotonic()
         r = sb.exec("kill -STOP $PPID", timeout=1)
         assert r.status is Status.INFRA and "did not answer" in r.error
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < 60  # a stopped executor never answers: the deadline fired
 
 
 def test_background_processes_do_not_outlive_their_command(pool):
     with pool.acquire() as sb:
         r = sb.exec("setsid sleep 300 & nohup sleep 301 >/dev/null 2>&1 & (sleep 302 &) ; echo started")
-        assert r.ok and r.stdout == "started\n" and r.duration_s < 5
+        assert r.ok and r.stdout == "started\n" and r.duration_s < 60  # not the sleeps' 300 s
         left = sb.exec("ps -eo comm --no-headers").stdout.split()
     assert "sleep" not in left, left
     host_is_fine(pool)
@@ -340,7 +342,7 @@ def test_cli_exec_leaves_nothing_behind(docker_client, image, cli, tmp_path):
     _wait_until(lambda: {x.name for x in mine(docker_client)} == before)
 
 
-def _wait_until(predicate, timeout: float = 20.0) -> None:
+def _wait_until(predicate, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "condition not met in time"

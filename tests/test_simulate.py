@@ -6,12 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import typer
 from test_runner import make_suite, scrub
-from typer.testing import CliRunner
 
-from rlcycle.cli import simulate_cmd
-from rlcycle.errors import RlcycleError
 from rlcycle.simulate import SimulateConfig, run
 
 
@@ -22,55 +18,34 @@ def suite_dir(tmp_path_factory):
     return root
 
 
-@pytest.fixture
-def simulate_cli():
-    """`rlcycle simulate` on its own typer app (the lead wires it into rlcycle.cli)."""
-    app = typer.Typer()
-    simulate_cmd.register(app)
-
-    @app.callback()
-    def _root() -> None:
-        """test app"""
-
-    def invoke(args):
-        result = CliRunner().invoke(app, [str(a) for a in args])
-        result.error = ""
-        if isinstance(result.exception, RlcycleError):  # as rlcycle.cli.main maps them
-            result.exit_code = result.exception.exit_code
-            result.error = result.exception.message
-        return result
-
-    return invoke
-
-
 def read_events(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_simulate_has_help(simulate_cli):
-    r = simulate_cli(["simulate", "--help"])
+def test_simulate_has_help(cli):
+    r = cli(["simulate", "--help"])
     assert r.exit_code == 0 and "Examples" in r.output and "scripted:reference" in r.output
 
 
-def test_bad_options_exit_2_before_any_sandbox_starts(simulate_cli, suite_dir, tmp_path):
+def test_bad_options_exit_2_before_any_sandbox_starts(cli, suite_dir, tmp_path):
     out = tmp_path / "e.jsonl"
-    r = simulate_cli(["simulate", "-p", "scripted:reference", "-t", suite_dir, "-o", out, "-n", 0])
+    r = cli(["simulate", "-p", "scripted:reference", "-t", suite_dir, "-o", out, "-n", 0])
     assert r.exit_code == 2 and "episodes=0" in r.error
-    r = simulate_cli(["simulate", "-p", "scripted:genius", "-t", suite_dir, "-o", out])
+    r = cli(["simulate", "-p", "scripted:genius", "-t", suite_dir, "-o", out])
     assert r.exit_code == 2 and "scripted:genius" in r.error
-    r = simulate_cli(["simulate", "-p", "scripted:nothing", "-t", tmp_path / "none", "-o", out])
+    r = cli(["simulate", "-p", "scripted:nothing", "-t", tmp_path / "none", "-o", out])
     assert r.exit_code == 2 and "not a directory" in r.error
-    r = simulate_cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-o", out, "--set", "feedback_rat=1"])
+    r = cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-o", out, "--set", "feedback_rat=1"])
     assert r.exit_code == 2 and "feedback_rate" in r.error
     assert not out.exists()
 
 
 @pytest.mark.docker
-def test_reference_via_cli_json_summary_files_and_determinism(simulate_cli, cli, suite_dir, tmp_path, docker_client):
+def test_reference_via_cli_json_summary_files_and_determinism(cli, suite_dir, tmp_path, docker_client):
     out = tmp_path / "sim" / "events.jsonl"
     args = ["simulate", "-p", "scripted:reference", "-t", suite_dir, "-n", 4, "--sandboxes", 2,
             "--seed", 7, "--json", "-q", "-o"]  # fmt: skip
-    r = simulate_cli(args + [out])
+    r = cli(args + [out])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     assert (summary["episodes"], summary["passed"], summary["pass_rate"]) == (4, 4, 1.0)
@@ -85,7 +60,7 @@ def test_reference_via_cli_json_summary_files_and_determinism(simulate_cli, cli,
     # The same run again: the same events, but for what is measured. Prompts after a
     # run_tests call differ too: pytest prints its own duration ("1 passed in 0.03s").
     again = tmp_path / "again.jsonl"
-    assert simulate_cli(args + [again]).exit_code == 0
+    assert cli(args + [again]).exit_code == 0
 
     def stable(evs):
         return [{k: v for k, v in e.items() if k != "prompt_ids" or e["turn"] == 0} for e in scrub(evs)]
@@ -156,8 +131,8 @@ def test_tiny_random_model_round_trip_through_collect(cli, suite_dir, tmp_path, 
 
 
 @pytest.mark.docker
-def test_events_stream_to_stdout_into_collect(simulate_cli, cli, suite_dir, tmp_path, docker_client):
-    r = simulate_cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-q", "--sandboxes", 2,
+def test_events_stream_to_stdout_into_collect(cli, suite_dir, tmp_path, docker_client):
+    r = cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-q", "--sandboxes", 2,
                       "--set", "feedback_rate=0", "-o", "-"])  # fmt: skip
     assert r.exit_code == 0
     types = [json.loads(x)["type"] for x in r.stdout.splitlines()]

@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from train_data import VOCAB, make_base, make_rows, write_examples
 
 from rlcycle import io as rio
+from rlcycle.digest import file_sha256
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.train import checkpoint as C
 from rlcycle.train import data as D
@@ -108,7 +109,7 @@ def test_checkpoint_loads_generates_and_records_lineage(base, base_id, examples,
     assert meta["id"] == C.content_id(out) == C.checkpoint_id(out) == result.checkpoint_id
     assert meta["id"].startswith("sha256:")
     assert meta["parent"] == base_id and meta["lineage"] == [base_id, meta["id"]]
-    assert meta["data"] == [{"path": str(examples), "sha256": D.file_sha256(examples)}]
+    assert meta["data"] == [{"path": str(examples), "sha256": file_sha256(examples)}]
     assert meta["config"]["objective"] == "ppo" and meta["metrics"]["steps"] == 1
     assert json.loads((out / "config.json").read_text())["dtype"] == "float32"
     assert (out / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()

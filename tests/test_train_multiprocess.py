@@ -12,13 +12,10 @@ import json
 
 import pytest
 import torch
-import typer
 from safetensors.torch import load_file
 from train_data import make_base, make_rows, write_examples
-from typer.testing import CliRunner
 
 from rlcycle import io as rio
-from rlcycle.cli import train_cmd
 from rlcycle.train import checkpoint as C
 from rlcycle.train import stage
 from rlcycle.train.config import TrainConfig
@@ -27,7 +24,7 @@ COMMON = dict(optimizer="sgd", lr=0.5, batch_size=3, epochs=1, max_seq_len=24, s
 
 
 @pytest.mark.slow
-def test_two_processes_equal_one_process_with_accumulation(tmp_path):
+def test_two_processes_equal_one_process_with_accumulation(cli, tmp_path):
     base = make_base(tmp_path / "base")
     ex = write_examples(tmp_path / "ex.arrow", base, make_rows(7, seed=5), versions=[C.checkpoint_id(base)] * 7)
 
@@ -38,19 +35,13 @@ def test_two_processes_equal_one_process_with_accumulation(tmp_path):
     m1 = rio.read_table(tmp_path / "one" / stage.METRICS_FILE).to_pylist()
     assert one.world_size == 1 and [m["micro_batches"] >= 2 for m in m1] == [True, True, False]
 
-    # Two processes through the real CLI, a budget so large each process makes one pass.
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        """test app"""
-
-    train_cmd.register(app)
+    # Two processes through the real CLI (torchrun children run `-m rlcycle train ...`), a
+    # budget so large each process makes one pass.
     sets = [f"{k}={v}" for k, v in {**COMMON, "micro_batch_tokens": 512}.items()]
     args = ["train", str(ex), "--base", str(base), "-o", str(tmp_path / "two"), "--processes", "2", "--quiet"]
     for s in sets:
         args += ["--set", s]
-    result = CliRunner().invoke(app, args)
+    result = cli(args)
     assert result.exit_code == 0, result.output
     m2 = rio.read_table(tmp_path / "two" / stage.METRICS_FILE).to_pylist()
     assert [m["world_size"] for m in m2] == [2, 2, 2]  # recorded by the processes themselves

@@ -1,19 +1,26 @@
 """The `rlcycle` command line: thin typer commands over the stage libraries.
 
-Each command parses options and calls a stage's `run(...)`; stage modules never import typer.
-Errors print as `Error: ...` / `Hint: ...` on stderr with the exit codes in rlcycle.errors;
-set RLCYCLE_DEBUG=1 for tracebacks.
+In: an argument list. Out: the command's output and an exit code. `run(argv)` is the one way
+in: the console script (`main`), `python -m rlcycle` (so also the torchrun children of
+`rlcycle train --processes N`) and the tests' `cli` fixture all call it. Each command parses
+options (rlcycle/cli/options.py) and calls a stage's `run(...)`; stage modules never import
+typer. Errors print as `Error: ...` / `Hint: ...` on stderr with the exit codes in
+rlcycle.errors; set RLCYCLE_DEBUG=1 for tracebacks.
+
+    rlcycle collect sample_data/events -o runs/demo/trajectories.arrow
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
+from collections.abc import Sequence
 
 import typer
 
 from rlcycle import __version__
-from rlcycle.errors import EXIT_INTERRUPTED, RlcycleError
+from rlcycle.errors import EXIT_FAILURE, EXIT_INTERRUPTED, RlcycleError
 
 app = typer.Typer(
     name="rlcycle",
@@ -58,6 +65,7 @@ def _register() -> None:
         inspect_cmd,
         model_cmd,
         report_cmd,
+        sandbox_cmd,
         simulate_cmd,
         tasks_cmd,
         train_cmd,
@@ -74,19 +82,93 @@ def _register() -> None:
     simulate_cmd.register(app)
     model_cmd.register(app)
     app.add_typer(tasks_cmd.app, name="tasks")
-    try:
-        from rlcycle.cli import sandbox_cmd
-    except ImportError as e:  # the sandbox command group ships with issue #3
-        if "sandbox_cmd" not in str(e):
-            raise
-    else:
-        app.add_typer(sandbox_cmd.app, name="sandbox")
+    app.add_typer(sandbox_cmd.app, name="sandbox")
 
 
 _register()
 
 
-def report_error(e: RlcycleError) -> None:
+def _usage_error_types() -> tuple[type[Exception], ...]:
+    """click's exception base. typer 0.2x vendors click as typer._click, whose ClickException
+    derives from typer.TyperException; older typer raises click's own."""
+    types: list[type[Exception]] = []
+    if hasattr(typer, "TyperException"):
+        types.append(typer.TyperException)
+    try:
+        import click
+
+        types.append(click.ClickException)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+_USAGE_ERRORS = _usage_error_types()
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run `rlcycle ARGV...` and return its exit code (argv None: sys.argv[1:]).
+
+    Exit codes (rlcycle.errors): an RlcycleError's own code with `Error:`/`Hint:` on stderr;
+    click usage errors (unknown command or option, missing argument, bad value) print click's
+    usage message, exit 2; Ctrl-C or an abort 130; a closed stdout (`rlcycle inspect X | head`)
+    exits 1 quietly; anything else `Error: unexpected ...`, exit 1. RLCYCLE_DEBUG=1 re-raises
+    RlcycleErrors and unexpected errors for a traceback.
+    """
+    code = _dispatch(argv)
+    try:
+        sys.stdout.flush()  # a closed pipe shows here, not as a warning at interpreter exit
+    except BrokenPipeError:
+        return _broken_pipe()
+    return code
+
+
+def main() -> None:
+    """Console-script entry point (`rlcycle`)."""
+    sys.exit(run())
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
+    debug = os.environ.get("RLCYCLE_DEBUG") == "1"
+    # Explicit arguments run as the `rlcycle` program; from sys.argv click names it as invoked
+    # (`rlcycle`, or `python -m rlcycle`).
+    where = {} if argv is None else {"args": [str(a) for a in argv], "prog_name": "rlcycle"}
+    try:
+        # standalone_mode=False: click returns (not exits with) the code of typer.Exit, and
+        # raises usage errors for us to print.
+        code = app(standalone_mode=False, **where)
+        return code if isinstance(code, int) else 0
+    except RlcycleError as e:
+        if debug:
+            raise
+        _report_error(e)
+        return e.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted.\n")
+        return EXIT_INTERRUPTED
+    except typer.Exit as e:
+        return e.exit_code
+    except typer.Abort:
+        sys.stderr.write("Aborted.\n")
+        return EXIT_INTERRUPTED
+    except SystemExit as e:  # sys.exit(...) in a command, or click after a broken pipe
+        return _system_exit_code(e.code)
+    except _USAGE_ERRORS as e:
+        return _usage_error(e)
+    except OSError as e:
+        if e.errno == errno.EPIPE:
+            return _broken_pipe()
+        if debug:
+            raise
+        return _unexpected(e)
+    except Exception as e:
+        if debug:
+            raise
+        return _unexpected(e)
+
+
+def _report_error(e: RlcycleError) -> None:
+    """`Error: <message>` and `Hint: <hint>` on stderr."""
     from rlcycle.console import err
 
     err.print(f"[red]Error:[/red] {_esc(e.message)}")
@@ -94,42 +176,44 @@ def report_error(e: RlcycleError) -> None:
         err.print(f"[dim]Hint:[/dim] {_esc(e.hint)}")
 
 
+def _usage_error(e: Exception) -> int:
+    """click's own report (usage line, `Try ... -h`, the error), as standalone click prints it."""
+    show = getattr(e, "show", None)
+    if show is not None:
+        show()
+    else:
+        sys.stderr.write(f"Error: {e}\n")
+    return int(getattr(e, "exit_code", EXIT_FAILURE))
+
+
+def _system_exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")
+    return EXIT_FAILURE
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away: nothing more to say to it. Point stdout at /dev/null so
+    the interpreter's last flush cannot fail again, and exit 1 without a word."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # not a real file (a test's captured stdout)
+        pass
+    return EXIT_FAILURE
+
+
+def _unexpected(e: Exception) -> int:
+    sys.stderr.write(f"Error: unexpected {type(e).__name__}: {e}\n")
+    sys.stderr.write("Hint: rerun with RLCYCLE_DEBUG=1 for a traceback, and report it.\n")
+    return EXIT_FAILURE
+
+
 def _esc(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
-
-
-def main() -> None:
-    """Console-script entry point: run the app, map errors to exit codes."""
-    debug = os.environ.get("RLCYCLE_DEBUG") == "1"
-    try:
-        # With standalone_mode=False click returns the code of typer.Exit/ctx.exit instead of
-        # exiting; pass it on.
-        code = app(standalone_mode=False)
-        if isinstance(code, int) and code:
-            sys.exit(code)
-    except RlcycleError as e:
-        if debug:
-            raise
-        report_error(e)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("Interrupted.\n")
-        sys.exit(EXIT_INTERRUPTED)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except typer.Abort:
-        sys.stderr.write("Aborted.\n")
-        sys.exit(EXIT_INTERRUPTED)
-    except Exception as e:  # click usage errors and anything unexpected
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if debug:
-            raise
-        sys.stderr.write(f"Error: unexpected {type(e).__name__}: {e}\n")
-        sys.stderr.write("Hint: rerun with RLCYCLE_DEBUG=1 for a traceback, and report it.\n")
-        sys.exit(1)

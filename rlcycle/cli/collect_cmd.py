@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from rlcycle import console
+from rlcycle.cli import options as opt
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
     )
     def collect(
         events: list[str] = typer.Argument(..., help="Event logs: files, directories, globs, or - for stdin."),
-        out: str = typer.Option(..., "-o", "--out", help="trajectories.arrow (.parquet by extension; - for an Arrow stream on stdout)."),
+        out: str = opt.out("trajectories.arrow (.parquet by extension; - for an Arrow stream on stdout)."),
         policy_version: list[str] = typer.Option(None, "--policy-version", help="Keep only this policy version (repeatable)."),
         since: str = typer.Option(None, "--since", help="Keep episodes starting at or after this RFC 3339 time."),
         until: str = typer.Option(None, "--until", help="Keep episodes starting before this RFC 3339 time."),
@@ -36,12 +36,12 @@ def register(app: typer.Typer) -> None:
         strict: bool = typer.Option(None, "--strict", help="Fail (exit 2) on the first bad record instead of quarantining it."),
         quarantine: str = typer.Option(None, "--quarantine", help="Where bad records go (default: OUT.quarantine.jsonl)."),
         no_redact: bool = typer.Option(False, "--no-redact", help="Do not redact secrets (for logs already scrubbed)."),
-        config: Path = typer.Option(None, "--config", help="TOML config ([collect] table or top level)."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set maturity_s=3600 (repeatable)."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
+        config: Path = opt.config("collect"),
+        set_: list[str] = opt.sets("maturity_s=3600"),
+        as_json: bool = opt.json_flag(),
+        quiet: bool = opt.quiet(),
     ) -> None:
-        from rlcycle import collect as stage
+        from rlcycle.collect import stage
         from rlcycle.config import resolve, save_resolved
 
         cfg = resolve(
@@ -63,38 +63,6 @@ def register(app: typer.Typer) -> None:
         if out != "-":
             save_resolved(cfg, f"{out}.config.json")
         if as_json:
-            if out == "-":
-                console.info(json.dumps(result.as_dict(), sort_keys=True))
-            else:
-                console.print_json(result.as_dict())
+            opt.emit_json(result.as_dict(), out)
         if not quiet:
-            console.info(format_summary(result))
-
-
-def format_summary(r) -> str:
-    mb = r.bytes_read / 1e6
-    lines = [
-        f"collect: {r.events_in + r.quarantined:,} records from {r.files} file(s) "
-        f"({mb:,.1f} MB) in {r.seconds:.1f}s, {r.partitions} partition(s)",
-        f"  trajectories   {r.samples_out:,} samples in {r.episodes_out:,} episodes -> {r.output}",
-        f"  duplicates     {r.duplicates:,} events" + (f", {r.duplicate_samples} repeated sample ids" if r.duplicate_samples else ""),
-        f"  held back      {r.held_back_episodes:,} episodes ({r.held_back_samples:,} samples): edit outcomes still due",
-        f"  filtered out   {r.filtered_samples:,} samples (policy version / time window)",
-        f"  quarantined    {r.quarantined:,}" + (f" -> {r.quarantine}" if r.quarantine else ""),
-    ]
-    for reason, n in r.quarantine_reasons.most_common(8):
-        lines.append(f"    {n:>8,}  {reason}")
-    if r.orphans:
-        lines.append("  orphans        " + ", ".join(f"{k}={v:,}" for k, v in sorted(r.orphans.items()))
-                     + " (their sample or episode is not in this input)")
-    if r.redactions:
-        lines.append("  redacted       " + ", ".join(f"{k}={v:,}" for k, v in sorted(r.redactions.items())))
-    if r.per_policy_version:
-        lines.append("  per policy version:")
-        for version, c in sorted(r.per_policy_version.items()):
-            lines.append(
-                f"    {version}: {c['samples_out']:,} samples, {c['episodes_out']:,} episodes, "
-                f"{c['held_back_samples']:,} held back, {c['filtered']:,} filtered, "
-                f"{c['invalid_tool_calls']:,} invalid tool calls"
-            )
-    return "\n".join(lines)
+            console.info(stage.format_summary(result))

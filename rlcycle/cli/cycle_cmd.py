@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rlcycle import console
+from rlcycle.cli import options as opt
 from rlcycle.errors import RlcycleError
 
 
@@ -26,17 +26,17 @@ def register(app: typer.Typer) -> None:
         ),
     )
     def cycle(
-        config: Path = typer.Option(None, "--config", help="Cycle config (TOML; [cycle] table or top level)."),
+        config: Path = opt.config(help="Cycle config (TOML; [cycle] table or top level)."),
         run_dir: str = typer.Option(None, "--run-dir", help="Run directory (default runs/cycle)."),
         source: str = typer.Option(None, "--source", help="logs or simulate."),
         events: list[str] = typer.Option(None, "--events", help="Event logs for source=logs (repeatable)."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a top-level key: --set source=simulate."),
+        set_: list[str] = opt.sets(help="Override a top-level key: --set source=simulate."),
         from_stage: str = typer.Option(None, "--from", help="First stage to run (earlier ones are skipped)."),
         until_stage: str = typer.Option(None, "--until", help="Last stage to run."),
         force: bool = typer.Option(False, "--force", help="Rerun the selected stages even when cached."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Show what would run; run nothing."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+        as_json: bool = opt.json_flag("Print one JSON summary object."),
+        quiet: bool = opt.quiet("No progress on stderr."),
     ) -> None:
         from rlcycle import cycle as stage
 
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         result = stage.Cycle(cfg, force=force, dry_run=dry_run, from_stage=from_stage,
                              until_stage=until_stage, quiet=quiet).run()  # fmt: skip
         if as_json:
-            console.print_json(result.as_dict())
+            opt.emit_json(result.as_dict())
         else:
             for s in result.stages:
                 typer.echo(f"{s.name:<9} {s.status:<10} {s.seconds:7.1f}s  " + " ".join(f"{k}={v}" for k, v in s.outputs.items()))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from rlcycle import console
+from rlcycle.cli import options as opt
 
 registry_app = typer.Typer(
     help="The model registry: checkpoints by content id, aliases, deployment history.\n\n"
@@ -36,9 +36,9 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(None, "--force", help="Deploy without a passing verdict (recorded)."),
         canary: float = typer.Option(None, "--canary", help="Serve to this fraction of traffic first (0-1)."),
         hook: str = typer.Option(None, "--hook", help="Serving hook: shell command or http(s) URL (JSON POST)."),
-        config: Path = typer.Option(None, "--config", help="TOML config ([deploy] table or top level)."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set hook_timeout_s=30."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON result object."),
+        config: Path = opt.config("deploy"),
+        set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
+        as_json: bool = opt.json_flag("Print one JSON result object."),
     ) -> None:
         from rlcycle import deploy as stage
         from rlcycle.config import resolve
@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
     def rollback(
         alias: str = typer.Option("production", "--alias", help="Alias to roll back."),
         note: str = typer.Option(None, "--note", help="Why (recorded in the history)."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON result object."),
+        as_json: bool = opt.json_flag("Print one JSON result object."),
     ) -> None:
         from rlcycle import deploy as stage
 
@@ -66,23 +66,23 @@ def register(app: typer.Typer) -> None:
 
 def _report(result: dict, as_json: bool) -> None:
     if as_json:
-        console.print_json(result)
+        opt.emit_json(result)
     else:
         typer.echo(f"{result['action']}: {result['alias']} -> {result['checkpoint_id']} (was {result['previous_id']})")
 
 
 @registry_app.command("ls", help="List checkpoints, aliases and recent history.\n\nExample:\n\n  rlcycle registry ls --json")
 def registry_ls(
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = opt.json_flag("Print one JSON object."),
     history: int = typer.Option(10, "--history", help="How many recent deployments to show."),
 ) -> None:
-    from rlcycle.registry import Registry
+    from rlcycle.policy.registry import Registry
 
     reg = Registry()
     hist = reg.history().to_pylist()[-history:] if history else []
     state = reg.state()
     if as_json:
-        console.print_json({"root": str(reg.root), "aliases": state["aliases"], "canary": state.get("canary"),
+        opt.emit_json({"root": str(reg.root), "aliases": state["aliases"], "canary": state.get("canary"),
                             "checkpoints": reg.checkpoints(), "history": hist})  # fmt: skip
         return
     typer.echo(f"registry: {reg.root}")
@@ -96,12 +96,12 @@ def registry_ls(
 
 @registry_app.command("show", help="Show one checkpoint's lineage (rlcycle.json).\n\nExample:\n\n  rlcycle registry show production")
 def registry_show(ref: str = typer.Argument(..., help="Alias, checkpoint id, or directory.")) -> None:
-    from rlcycle.registry import Registry, checkpoint_id
+    from rlcycle.policy.registry import Registry, checkpoint_id
 
     path = Registry().resolve(ref)
     meta_path = path / "rlcycle.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    console.print_json({"id": checkpoint_id(path), "path": str(path), **meta})
+    opt.emit_json({"id": checkpoint_id(path), "path": str(path), **meta})
 
 
 @registry_app.command("add", help="Register a checkpoint, optionally under an alias.\n\nExample:\n\n  rlcycle registry add models/tiny --alias production")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from rlcycle import console
+from rlcycle.cli import options as opt
 
 
 def register(app: typer.Typer) -> None:
@@ -29,15 +29,15 @@ def register(app: typer.Typer) -> None:
     )
     def distill(
         trajectories: str = typer.Argument(..., help="trajectories.arrow (or .parquet), or - for an Arrow stream on stdin."),
-        out: str = typer.Option(..., "-o", "--out", help="examples.arrow (.parquet by extension; - for an Arrow stream on stdout)."),
+        out: str = opt.out("examples.arrow (.parquet by extension; - for an Arrow stream on stdout)."),
         spec: Path = typer.Option(None, "--spec", help="Reward spec (TOML); default: every built-in signal with its defaults."),
         report: str = typer.Option(None, "--report", help="Where reward_report.json goes (default: beside OUT; ./reward_report.json for -o -)."),
         normalization: str = typer.Option(None, "--normalization", help="loo, mean_std or dr_grpo (default: loo)."),
         credit: str = typer.Option(None, "--credit", help="Episode rewards on all turns or the final turn (default: all)."),
-        config: Path = typer.Option(None, "--config", help="TOML config ([distill] table or top level); default: the spec's [distill] table."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set min_group_size=4 (repeatable)."),
-        as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr (warnings still print)."),
+        config: Path = opt.config(help="TOML config ([distill] table or top level); default: the spec's [distill] table."),
+        set_: list[str] = opt.sets("min_group_size=4"),
+        as_json: bool = opt.json_flag("Print the report as one JSON object on stdout."),
+        quiet: bool = opt.quiet("No summary on stderr (warnings still print)."),
     ) -> None:
         from rlcycle import distill as stage
         from rlcycle.config import resolve, save_resolved
@@ -54,10 +54,6 @@ def register(app: typer.Typer) -> None:
         if out != "-":
             save_resolved(cfg, f"{out}.config.json")
         if as_json:
-            text = json.dumps(result.as_dict(), sort_keys=True, default=str)
-            if out == "-":  # stdout carries the Arrow stream
-                console.info(text)
-            else:
-                console.print_json(result.as_dict())
+            opt.emit_json(result.as_dict(), out)
         if not quiet:
             console.info(stage.format_summary(result))

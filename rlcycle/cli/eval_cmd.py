@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import options as opt
 from rlcycle.errors import EXIT_GATE_REFUSED, RlcycleError
 
 
@@ -27,21 +28,21 @@ def register(app: typer.Typer) -> None:
         candidate: str = typer.Option(..., "--candidate", help="Checkpoint dir, registry alias, URL, or scripted:reference|nothing."),
         baseline: str = typer.Option("production", "--baseline", help="Same forms; default the registry's production."),
         tasks: Path = typer.Option(Path("sample_data/tasks"), "--tasks", help="Task suite directory."),
-        out: Path = typer.Option(..., "-o", "--out", help="eval_results.arrow to write (verdict.json goes beside it)."),
+        out: Path = opt.out("eval_results.arrow to write (verdict.json goes beside it)."),
         attempts: int = typer.Option(None, "--attempts", "-k", help="Attempts per task and policy (default 2)."),
         sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes running at once (default 4)."),
-        config: Path = typer.Option(None, "--config", help="TOML config ([eval] table or top level)."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set max_clarification_rate_increase=0.05."),
-        as_json: bool = typer.Option(False, "--json", help="Print the verdict as one JSON object on stdout."),
+        config: Path = opt.config("eval"),
+        set_: list[str] = opt.sets(help="Override a config key: --set max_clarification_rate_increase=0.05."),
+        as_json: bool = opt.json_flag("Print the verdict as one JSON object on stdout."),
     ) -> None:
         from rlcycle.config import resolve
         from rlcycle.evaluation import stage
 
         cfg = resolve(stage.EvalConfig, config, set_, {"attempts": attempts, "sandboxes": sandboxes}, section="eval")
         result = stage.run(cfg, candidate, baseline, tasks, out)
-        console.err.print(verdict_table(result.verdict))
+        console.err.print(stage.verdict_table(result.verdict))
         if as_json:
-            console.print_json(result.verdict)
+            opt.emit_json(result.verdict)
         if result.decision == "refuse":
             failed = [g["name"] for g in result.verdict["gates"] if not g["passed"]]
             raise RlcycleError(f"the gate refused the candidate (failed: {', '.join(failed)})",
@@ -49,26 +50,3 @@ def register(app: typer.Typer) -> None:
         if result.decision == "no_verdict":
             raise RlcycleError(f"no verdict: {result.verdict.get('reason')}",
                                hint="check sandbox health (`rlcycle sandbox ls`) and rerun")
-
-
-def verdict_table(v: dict):
-    from rich.table import Table
-
-    t = Table(title=f"eval: {v['candidate']} vs {v['baseline']} -> {v['decision'].upper()}")
-    t.add_column("metric")
-    t.add_column("candidate", justify="right")
-    t.add_column("baseline", justify="right")
-    cand, base = v["metrics"]["candidate"], v["metrics"]["baseline"]
-    for key in cand:
-        if key in base:
-            t.add_row(key, _fmt(cand[key]), _fmt(base[key]))
-    if "paired" in v:
-        ci = v["paired"]["pass_rate_diff"]
-        t.add_row("pass rate diff (95% CI)", f"{ci['estimate']:+.3f} [{ci['low']:+.3f}, {ci['high']:+.3f}]", "")
-    for g in v["gates"]:
-        t.add_row(f"gate {g['name']}", f"{_fmt(g['value'])} vs {_fmt(g['threshold'])}", "pass" if g["passed"] else "FAIL")
-    return t
-
-
-def _fmt(x) -> str:
-    return f"{x:.3f}" if isinstance(x, float) else str(x)

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from rlcycle import console
+from rlcycle.cli import options as opt
 
 
 def register(app: typer.Typer) -> None:
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
     def inspect(
         path: str = typer.Argument(..., help="An .arrow or .parquet file, or - for an Arrow stream on stdin."),
         head: int = typer.Option(5, "--head", "-n", help="How many rows to print."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object instead."),
+        as_json: bool = opt.json_flag("Print one JSON summary object instead."),
     ) -> None:
         from rlcycle import inspect as stage
 
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             summary = result.summary()
             summary["head"] = result.head
-            console.print_json(summary)
+            opt.emit_json(summary)
             return
         size = f", {result.size_bytes:,} bytes" if result.size_bytes is not None else ""
         contract = (

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import options as opt
 
 
 def register(app: typer.Typer) -> None:
@@ -30,16 +31,16 @@ def _register_init_model(app: typer.Typer) -> None:
         ),
     )
     def init_model(
-        out: Path = typer.Option(..., "-o", "--out", help="Directory to create."),
+        out: Path = opt.out("Directory to create."),
         seed: int = typer.Option(None, "--seed", help="Seed of the random weights (default 0)."),
         size: str = typer.Option(None, "--size", help="tiny or small (default tiny)."),
         tokenizer: Path = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: sample_data/tokenizer)."),
         warm_start: Path = typer.Option(None, "--warm-start", help="Task suite: train briefly on its reference solutions rendered by the harness."),
         warm_start_steps: int = typer.Option(None, "--warm-start-steps", help="Supervised steps of the warm start (default 200)."),
         force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
-        config: Path = typer.Option(None, "--config", help="TOML config ([init_model] table or top level)."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set max_position_embeddings=2048."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
+        config: Path = opt.config("init_model"),
+        set_: list[str] = opt.sets(help="Override a config key: --set max_position_embeddings=2048."),
+        as_json: bool = opt.json_flag(),
     ) -> None:
         from rlcycle import model_init
         from rlcycle.config import resolve
@@ -53,7 +54,7 @@ def _register_init_model(app: typer.Typer) -> None:
         )
         result = model_init.run(cfg, out, force=force)
         if as_json:
-            console.print_json(result.as_dict())
+            opt.emit_json(result.as_dict())
         else:
             console.out.print(result.path, markup=False)
         console.info(
@@ -68,7 +69,6 @@ def _register_init_model(app: typer.Typer) -> None:
                 f"-> {w['last_loss']:.3f}, first turn a valid tool call on "
                 f"{w['valid_first_calls']}/{w['tasks']} task(s)"
             )
-
 
 
 def _register_serve(app: typer.Typer) -> None:
@@ -94,9 +94,9 @@ def _register_serve(app: typer.Typer) -> None:
         max_batch_size: int = typer.Option(None, "--max-batch-size", help="Prompts generated together (default 16)."),
         prefix_cache_tokens: int = typer.Option(0, "--prefix-cache-tokens", help="Reuse the KV cache of past requests up to this many tokens (0 = off; agent turns extend earlier prompts)."),
         api_key: str = typer.Option(None, "--api-key", envvar="RLCYCLE_SERVE_API_KEY", help="Require this bearer token."),
-        config: Path = typer.Option(None, "--config", help="TOML config ([serve] table or top level)."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set batch_wait_ms=2."),
-        as_json: bool = typer.Option(False, "--json", help="Print {\"url\": ...} on stdout once listening."),
+        config: Path = opt.config("serve"),
+        set_: list[str] = opt.sets(help="Override a config key: --set batch_wait_ms=2."),
+        as_json: bool = opt.json_flag('Print {"url": ...} on stdout once listening.'),
     ) -> None:
         from rlcycle.config import resolve
         from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
@@ -116,6 +116,6 @@ def _register_serve(app: typer.Typer) -> None:
             console.warn(f"serving on {cfg.host}: anyone who can reach it can use the model"
                          + ("" if cfg.api_key else " (no --api-key set)"))
         if as_json:
-            console.print_json({"url": server.url, "model": server.name})
+            opt.emit_json({"url": server.url, "model": server.name})
         console.info(f"serve: {policy} at {server.url}/v1 (Ctrl-C to stop)")
         server.serve_forever()

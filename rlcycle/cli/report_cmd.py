@@ -7,6 +7,7 @@ import sys
 import typer
 
 from rlcycle import console
+from rlcycle.cli import options as opt
 from rlcycle.errors import InputError
 
 
@@ -27,7 +28,7 @@ def register(app: typer.Typer) -> None:
     def report(
         run_dir: str = typer.Argument(..., help="A run directory written by `rlcycle cycle --run-dir`."),
         output: str = typer.Option(None, "--output", "-o", help="Where to write the HTML (default RUN_DIR/report.html); - for stdout."),
-        as_json: bool = typer.Option(False, "--json", help='Print {"report": path, "sections": [...]}.'),
+        as_json: bool = opt.json_flag('Print {"report": path, "sections": [...]}.'),
     ) -> None:
         from rlcycle import report as stage
 
@@ -38,7 +39,7 @@ def register(app: typer.Typer) -> None:
             return
         result = stage.run(run_dir, output)
         if as_json:
-            console.print_json(result.as_dict())
+            opt.emit_json(result.as_dict())
             return
         missing = [s for s in result.sections if not s["available"]]
         for s in missing:

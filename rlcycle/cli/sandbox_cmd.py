@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import options as opt
 from rlcycle.errors import InputError, RlcycleError
 
 # `rlcycle sandbox exec` exit statuses besides the command's own (as timeout(1), docker run).
@@ -31,9 +32,9 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-CONFIG_OPT = typer.Option(None, "--config", help="TOML config ([sandbox] table or top level).")
-SET_OPT = typer.Option(None, "--set", help="Override a config key: --set memory_mb=1024 (repeatable).")
-JSON_OPT = typer.Option(False, "--json", help="Print one JSON object on stdout.")
+CONFIG_OPT = opt.config("sandbox")
+SET_OPT = opt.sets("memory_mb=1024")
+JSON_OPT = opt.json_flag("Print one JSON object on stdout.")
 
 
 def _config(config: Path | None, sets: list[str] | None, flags: dict | None = None):
@@ -72,7 +73,7 @@ def exec_cmd(
     command: str | list[str] = cmd[0] if len(cmd) == 1 else list(cmd)
     result = run_once(command, cfg, files=files, env=_env_pairs(env or []))
     if as_json:
-        console.print_json(result.to_dict())
+        opt.emit_json(result.to_dict())
     else:
         sys.stdout.write(result.stdout)
         sys.stdout.flush()
@@ -87,13 +88,11 @@ def exec_cmd(
         console.warn("output was truncated (head and tail kept); raise --set max_output_bytes=N to see more")
     if result.status is Status.TIMEOUT:
         console.info(f"rlcycle sandbox: timed out after {cfg.timeout_s:g}s (killed; exit {EXIT_TIMEOUT})")
-        sys.exit(EXIT_TIMEOUT)
+        raise typer.Exit(EXIT_TIMEOUT)
     if result.status is Status.OOM:
         console.info(f"rlcycle sandbox: out of memory (limit {cfg.memory_mb} MiB; exit {EXIT_OOM})")
-        sys.exit(EXIT_OOM)
-    # sys.exit, not typer.Exit: rlcycle.cli.main runs click with standalone_mode=False, where
-    # click turns typer.Exit into a return value that main() drops.
-    sys.exit(result.exit_code or 0)
+        raise typer.Exit(EXIT_OOM)
+    raise typer.Exit(result.exit_code or 0)
 
 
 @app.command(
@@ -128,7 +127,7 @@ def build_cmd(
         console.info(f"{tag} on {host}: {state}")
         built.append({"host": host, "image": tag, "built": not existed})
     if as_json:
-        console.print_json({"images": built})
+        opt.emit_json({"images": built})
     else:
         for b in {b["image"] for b in built}:
             print(b)
@@ -156,7 +155,7 @@ def ls_cmd(
     cfg = _config(config, set_)
     items = [x for c in docker_clients(cfg.hosts) for x in list_leftovers(c, run)]
     if as_json:
-        console.print_json({"items": [x.as_dict() for x in items]})
+        opt.emit_json({"items": [x.as_dict() for x in items]})
         return
     _print_table(items)
     console.info(f"{len(items)} rlcycle item(s); {sum(x.expired() for x in items)} expired")
@@ -185,7 +184,7 @@ def gc_cmd(
     cfg = _config(config, set_)
     removed = [x for c in docker_clients(cfg.hosts) for x in gc(c, everything=all_, dry_run=dry_run)]
     if as_json:
-        console.print_json({"removed": [x.as_dict() for x in removed], "dry_run": dry_run})
+        opt.emit_json({"removed": [x.as_dict() for x in removed], "dry_run": dry_run})
         return
     _print_table(removed)
     verb = "would remove" if dry_run else "removed"

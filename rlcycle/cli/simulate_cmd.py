@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import typer
 
 from rlcycle import console
+from rlcycle.cli import options as opt
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +30,7 @@ def register(app: typer.Typer) -> None:
     def simulate(
         policy: str = typer.Option(..., "--policy", "-p", help="Checkpoint dir, registry alias, http(s) URL, or scripted:reference / scripted:nothing."),
         tasks: Path = typer.Option(..., "--tasks", "-t", help="Task suite directory."),
-        out: str = typer.Option(..., "-o", "--out", help="Events log to write (JSON lines), or - for stdout."),
+        out: str = opt.out("Events log to write (JSON lines), or - for stdout."),
         episodes: int = typer.Option(None, "--episodes", "-n", help="Sessions to run, cycling over the tasks (default: one per task)."),
         seed: int = typer.Option(None, "--seed", help="Seed of sampling and of the simulated user (default 0)."),
         start: str = typer.Option(None, "--start", help="Simulated clock start, RFC 3339 (default 2026-12-01T00:00:00Z)."),
@@ -40,10 +39,10 @@ def register(app: typer.Typer) -> None:
         max_new_tokens: int = typer.Option(None, "--max-new-tokens", help="Tokens per model call at most (default 256)."),
         sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes in the pool (default 4)."),
         tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer directory (needed for an http policy)."),
-        config: Path = typer.Option(None, "--config", help="TOML config ([simulate] table or top level)."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set feedback_rate=0.5 (repeatable)."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
+        config: Path = opt.config("simulate"),
+        set_: list[str] = opt.sets("feedback_rate=0.5"),
+        as_json: bool = opt.json_flag(),
+        quiet: bool = opt.quiet(),
     ) -> None:
         from rlcycle import simulate as stage
         from rlcycle.config import resolve, save_resolved
@@ -61,29 +60,6 @@ def register(app: typer.Typer) -> None:
             p = Path(out)
             save_resolved(cfg, p.parent / f".{p.name}.config.json")
         if as_json:
-            if out == "-":
-                console.info(json.dumps(result.as_dict(), sort_keys=True))
-            else:
-                console.print_json(result.as_dict())
+            opt.emit_json(result.as_dict(), out)
         if not quiet:
-            console.info(format_summary(result))
-
-
-def _pct(x: float) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
-
-
-def format_summary(r) -> str:
-    ends = ", ".join(f"{k} {v}" for k, v in r.end_reasons.items())
-    latency = "n/a" if math.isnan(r.mean_latency_ms) else f"{r.mean_latency_ms:,.1f} ms"
-    return "\n".join([
-        f"simulate: {r.episodes:,} episodes of {r.policy} in {r.seconds:.1f}s "
-        f"({r.episodes_per_min:,.1f}/min) -> {r.output}",
-        f"  pass rate          {_pct(r.pass_rate)}  ({r.passed} pass, {r.failed} fail, {r.errors} error)",
-        f"  invalid call rate  {_pct(r.invalid_call_rate)}  of {r.tool_calls:,} tool calls",
-        f"  clarification rate {_pct(r.clarification_rate)}",
-        f"  edit rate          {_pct(r.edit_rate)}",
-        f"  mean latency       {latency} per model call ({r.samples:,} calls, {r.tokens:,} tokens)",
-        f"  ended by           {ends}",
-        f"  events             {r.events:,} (run id {r.run_id})",
-    ])
+            console.info(stage.format_summary(result))

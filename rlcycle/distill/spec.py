@@ -38,8 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from rlcycle.config import read_toml
 from rlcycle.distill.signals import BUILTINS, TRANSFORMS
 from rlcycle.errors import InputError
 
@@ -105,14 +104,8 @@ def load_spec(path: str | Path | None) -> RewardSpec:
     """Read and validate a spec file; None gives `default_spec()`."""
     if path is None:
         return default_spec()
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise InputError(f"reward spec {p} does not exist", hint="pass --spec sample_data/rewards.toml") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"reward spec {p}: {e}", hint="fix the TOML syntax") from None
-    return parse_spec(data, str(p))
+    data = read_toml(path, "reward spec", hint="pass --spec sample_data/rewards.toml")
+    return parse_spec(data, str(path))
 
 
 def parse_spec(data: dict[str, Any], source: str = "<spec>") -> RewardSpec:

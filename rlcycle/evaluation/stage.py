@@ -13,7 +13,7 @@ Both policies run every task `attempts` times through the shared harness (rlcycl
 over one sandbox pool; generation is batched across the live episodes of a policy. Hidden
 tests are graded after the agent finishes. An episode whose sandbox broke is retried on a
 fresh sandbox and, if it still breaks, recorded as `error`: excluded from every metric, never
-a `fail` (DESIGN.md: never score an infrastructure failure as a model failure).
+a `fail` (docs/design.md: never score an infrastructure failure as a model failure).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from rlcycle import io as rio
-from rlcycle.config import cfg
+from rlcycle.config import cfg, check_range
 from rlcycle.errors import InputError
 from rlcycle.evaluation.verdict import GateConfig, decide
 from rlcycle.schema import EVAL_RESULTS, conform
@@ -48,9 +48,7 @@ class EvalConfig(GateConfig):
 
     def validate(self) -> list[str]:
         problems = super().validate()
-        for name in ("attempts", "sandboxes", "max_turns", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}={getattr(self, name)}: must be >= 1")
+        check_range(problems, self, ("attempts", "sandboxes", "max_turns", "max_new_tokens"), ge=1)
         if self.k > self.attempts:
             problems.append(f"k={self.k}: pass@k needs k <= attempts ({self.attempts})")
         return problems
@@ -76,7 +74,7 @@ def _rows(episodes) -> pa.Table:
 
 def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path, out: str | Path) -> EvalResult:
     from rlcycle.agent.runner import RunnerConfig, run_episodes
-    from rlcycle.resolve import resolve_policy
+    from rlcycle.policy.resolve import resolve_policy
     from rlcycle.sandbox import SandboxPool
     from rlcycle.tasks.suite import load_suite
 
@@ -146,3 +144,27 @@ def decide_from_table(table: pa.Table, candidate: str, baseline: str, gates: Gat
     df = pl.from_arrow(table)
     assert isinstance(df, pl.DataFrame)
     return decide(df, candidate, baseline, gates)
+
+
+def verdict_table(v: dict[str, Any]) -> Any:
+    """verdict.json as the table `rlcycle eval` prints on stderr (a rich Table)."""
+    from rich.table import Table
+
+    t = Table(title=f"eval: {v['candidate']} vs {v['baseline']} -> {v['decision'].upper()}")
+    t.add_column("metric")
+    t.add_column("candidate", justify="right")
+    t.add_column("baseline", justify="right")
+    cand, base = v["metrics"]["candidate"], v["metrics"]["baseline"]
+    for key in cand:
+        if key in base:
+            t.add_row(key, _fmt(cand[key]), _fmt(base[key]))
+    if "paired" in v:
+        ci = v["paired"]["pass_rate_diff"]
+        t.add_row("pass rate diff (95% CI)", f"{ci['estimate']:+.3f} [{ci['low']:+.3f}, {ci['high']:+.3f}]", "")
+    for g in v["gates"]:
+        t.add_row(f"gate {g['name']}", f"{_fmt(g['value'])} vs {_fmt(g['threshold'])}", "pass" if g["passed"] else "FAIL")
+    return t
+
+
+def _fmt(x) -> str:
+    return f"{x:.3f}" if isinstance(x, float) else str(x)

@@ -13,7 +13,7 @@ The gates (each reported with metric, value, threshold and result):
   paired pass-rate difference must be >= −max_pass_rate_drop, and McNemar must not show a
   significant loss. Equal or better candidates pass.
 - `invalid_tool_call_rate`, `clarification_rate`: behaviour drift upwards is capped (the two
-  reward hacks of DESIGN.md: broken calls on hard tasks, clarifying instead of editing).
+  reward hacks of docs/design.md: broken calls on hard tasks, clarifying instead of editing).
 - `edit_rate`: drift downwards is capped (an agent that stops editing hides its failures).
 - `latency`: candidate latency per model call within a ratio of the baseline's (differences
   below `latency_noise_ms` pass: timer noise), and under an absolute budget when one is set.
@@ -27,8 +27,8 @@ from typing import Any
 
 import polars as pl
 
-from rlcycle.config import cfg
-from rlcycle.evaluation import stats
+from rlcycle import stats
+from rlcycle.config import cfg, check_range
 
 
 @dataclass
@@ -48,15 +48,11 @@ class GateConfig:
 
     def validate(self) -> list[str]:
         problems = []
-        if not 0.5 <= self.level < 1:
-            problems.append(f"level={self.level}: must be in [0.5, 1)")
-        for name in ("max_pass_rate_drop", "max_invalid_rate_increase", "max_clarification_rate_increase", "max_edit_rate_decrease"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name}={getattr(self, name)}: must be >= 0")
-        if self.max_latency_ratio <= 0:
-            problems.append(f"max_latency_ratio={self.max_latency_ratio}: must be > 0")
-        if self.k < 1:
-            problems.append(f"k={self.k}: must be >= 1")
+        check_range(problems, self, "level", ge=0.5, lt=1)
+        check_range(problems, self, ("max_pass_rate_drop", "max_invalid_rate_increase",
+                                     "max_clarification_rate_increase", "max_edit_rate_decrease"), ge=0)
+        check_range(problems, self, "max_latency_ratio", gt=0)
+        check_range(problems, self, "k", ge=1)
         return problems
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
+from rlcycle.config import check_range
 from rlcycle.errors import InputError
 
 FINISH_STOP = "stop"  # a stop token was sampled (it is the last of token_ids)
@@ -38,13 +39,10 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.max_new_tokens < 1:
-            problems.append(f"max_new_tokens={self.max_new_tokens} (must be >= 1)")
-        if not self.temperature >= 0:  # also rejects NaN
-            problems.append(f"temperature={self.temperature} (must be >= 0)")
-        if not 0 < self.top_p <= 1:
-            problems.append(f"top_p={self.top_p} (must be in (0, 1])")
+        problems: list[str] = []
+        check_range(problems, self, "max_new_tokens", ge=1)
+        check_range(problems, self, "temperature", ge=0)  # NaN is out of every range
+        check_range(problems, self, "top_p", gt=0, le=1)
         if problems:
             raise InputError("bad SamplingParams: " + ", ".join(problems),
                              hint="e.g. SamplingParams(max_new_tokens=256, temperature=1.0)")

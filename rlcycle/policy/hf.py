@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from rlcycle.config import cfg
+from rlcycle.config import cfg, check_range
 from rlcycle.errors import InputError
 from rlcycle.policy.base import (
     FINISH_LENGTH,
@@ -89,10 +89,8 @@ class HFPolicyConfig:
         problems = []
         if self.dtype != "auto" and self.dtype not in DTYPES:
             problems.append(f"dtype={self.dtype!r}: use auto, {', '.join(DTYPES)}")
-        if self.max_batch_size < 1:
-            problems.append(f"max_batch_size={self.max_batch_size}: must be >= 1")
-        if self.num_threads is not None and self.num_threads < 1:
-            problems.append(f"num_threads={self.num_threads}: must be >= 1")
+        check_range(problems, self, "max_batch_size", ge=1)
+        check_range(problems, self, "num_threads", ge=1, optional=True)
         return problems
 
 

@@ -1,25 +1,25 @@
 """The online section: how each policy version did with real users, with 95% intervals.
 
-From `collect/trajectories.arrow`; the numbers and the interval method are in metrics.py.
-The follow-up classifier is the one distill used: the phrase lists (and the `classifier` hook)
-of the `dissatisfied_followup` signal in reward_report.json's spec, and its `clarify_tools`;
-the built-in rules of rlcycle/distill/followup.py when distill did not run.
+From `collect/trajectories.arrow`; the numbers are rlcycle/online.py's `online_metrics` (the
+intervals are in rlcycle/stats.py), with the follow-up classifier distill used (metrics.py).
+Metrics the input cannot measure (no `tests_passed` column, say) are left out, with a note.
+
+With two versions or more, an A/B table: each version minus the first (report/ab.py, the same
+differences and calls as the closed-loop script), or the pairs of `RUN_DIR/comparisons.json`
+(`{"pairs": [[baseline, version], ...]}`; rlcycle/report/experiment.py writes one with each arm's
+last version vs v0 and vs control's).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from rlcycle.distill.spec import resolve_callable
-from rlcycle.errors import RlcycleError
-from rlcycle.report import metrics, svg
-from rlcycle.report.load import RunDir, Unavailable
-from rlcycle.report.metrics import METRICS, Estimate, OnlineMetrics
+from rlcycle.online import METRICS, OnlineMetrics
+from rlcycle.report import ab, metrics, svg
+from rlcycle.report.load import RunDir
 from rlcycle.report.page import Raw, Section, charts, esc, join, section, table, tag
-
-COLUMNS = ["sample_id", "episode_id", "policy_version", "ts", "tool_calls", "n_invalid_tool_calls",
-           "edit_lines_proposed", "edit_lines_surviving", "followup_text", "feedback", "latency_ms"]  # fmt: skip
-FORMAT = {"rate": svg.pct, "count": lambda v: f"{v:.3f}", "ms": lambda v: f"{v:,.0f}", "value": lambda v: f"{v:+.3f}"}
+from rlcycle.stats import Estimate
 
 
 def build(run: RunDir) -> Section:
@@ -27,67 +27,75 @@ def build(run: RunDir) -> Section:
 
 
 def _body(run: RunDir) -> Raw:
-    traj = run.table("trajectories", COLUMNS)
-    if traj.height == 0:
-        raise Unavailable("collect/trajectories.arrow has no rows")
-    scoring, clarify, source = _classifier(run)
-    m = metrics.online_metrics(traj, scoring, clarify)
-    figures = [_chart(name, m) for name in METRICS]
+    m, scoring = metrics.run_online_metrics(run)
+    shown = [name for name in METRICS if name not in m.absent]
+    figures = [_chart(name, m) for name in shown]
     notes = [
-        "Bars: the estimate; whiskers: 95% confidence interval (normal approximation of the ratio "
-        "estimator, episodes as the units, so that the samples of one episode are not taken as "
-        "independent). Hover a bar for its numbers.",
-        f"Dissatisfied follow-ups: {source}; follow-ups that answer a clarifying question "
-        f"({', '.join(clarify) or 'no clarify tools'}) are not counted.",
+        "Bars: the estimate; whiskers: 95% confidence interval, sessions as the clusters (so that "
+        "the samples and episodes of one session are not taken as independent): the delta method "
+        "for ratios, Wilson's score interval on the effective sample size for shares of episodes. "
+        "Hover a bar for its numbers.",
+        f"Dissatisfied follow-ups: {scoring.source}; follow-ups that answer a clarifying question "
+        f"({', '.join(scoring.clarify_tools) or 'no clarify tools'}) are not counted.",
+        *m.notes,
     ]
-    return join([charts(*figures), _table(m), *(tag("p", n, "note") for n in notes), _complaints(m)])
-
-
-def _classifier(run: RunDir) -> tuple[dict[str, Any], list[str], str]:
-    """(scoring params, clarify tools, a sentence saying which classifier) as distill used them."""
-    try:
-        report = run.json("reward_report")
-    except Unavailable:
-        return {}, ["ask_user"], "the built-in phrase rules of rlcycle/distill/followup.py (distill did not run)"
-    clarify = list((report.get("config") or {}).get("clarify_tools") or ["ask_user"])
-    signals = (report.get("spec") or {}).get("signals") or []
-    params = next((s.get("params") or {} for s in signals if s.get("name") == "dissatisfied_followup"), {})
-    scoring = {"phrases": params.get("phrases"), "satisfied": params.get("satisfied_phrases"), "negations": params.get("negations")}
-    scoring = {k: v for k, v in scoring.items() if v is not None}
-    source = "the phrase rules of the run's reward spec (rlcycle/distill/followup.py)"
-    if params.get("classifier"):
-        try:
-            scoring["hook"] = resolve_callable(params["classifier"])
-            source = f"the reward spec's classifier {params['classifier']}"
-        except RlcycleError as e:
-            source = f"the built-in phrase rules: the spec's classifier could not be loaded ({e})"
-    return scoring, clarify, source
+    return join([charts(*figures), _table(m, shown), _ab(run, m, shown), *(tag("p", n, "note") for n in notes),
+                 _complaints(m)])  # fmt: skip
 
 
 def _chart(name: str, m: OnlineMetrics) -> str:
-    title, how, unit, _ = METRICS[name]
-    ests = [m.metrics[name][v] for v in m.versions]
-    series = svg.Series(how, [e.value for e in ests], [e.low for e in ests], [e.high for e in ests])
-    fmt = svg.pct if unit == "rate" else svg.num
-    return svg.bar_chart(f"{title}: {how}", m.versions, [series], fmt, height=220)
+    spec = METRICS[name]
+    ests = [m.metrics[v][name] for v in m.versions]
+    series = svg.Series(spec.how, [e.value for e in ests], [e.low for e in ests], [e.high for e in ests])
+    fmt = svg.pct if spec.unit == "rate" else svg.num
+    return svg.bar_chart(f"{spec.title}: {spec.how}", m.versions, [series], fmt, height=220)
 
 
 def _cell(e: Estimate, unit: str, noun: str) -> Raw:
     if e.value is None:
         return Raw(f'n/a <span class="muted">(no {esc(noun)})</span>')
-    f = FORMAT[unit]
-    return Raw(f'{esc(f(e.value))} [{esc(f(e.low))}, {esc(f(e.high))}] '
-               f'<span class="muted">{int(e.denominator):,} {esc(noun)}</span>')  # fmt: skip
+    # the closed-loop table prints the same text (rlcycle/report/ab.py)
+    return Raw(f'{esc(ab.fmt(e, unit))} <span class="muted">{int(e.den):,} {esc(noun)}</span>')
 
 
-def _table(m: OnlineMetrics) -> Raw:
+def _table(m: OnlineMetrics, shown: list[str]) -> Raw:
     """Metrics as rows, policy versions as columns (versions are few, metrics have long names)."""
-    rows: list[list[Any]] = [["samples", "", *(f"{m.samples[v]:,}" for v in m.versions)],
-                             ["episodes", "", *(f"{m.episodes[v]:,}" for v in m.versions)]]  # fmt: skip
-    for name, (title, how, unit, noun) in METRICS.items():
-        rows.append([title, how, *(_cell(m.metrics[name][v], unit, noun) for v in m.versions)])
+    rows: list[list[Any]] = [[key, "", *(f"{m.counts[v][key]:,}" for v in m.versions)]
+                             for key in ("samples", "episodes", "sessions")]  # fmt: skip
+    for name in shown:
+        spec = METRICS[name]
+        rows.append([spec.title, spec.how, *(_cell(m.metrics[v][name], spec.unit, spec.noun) for v in m.versions)])
     head = ["metric", "computed as", *(f"{v}: estimate [95% CI]" for v in m.versions)]
     return join([Raw('<div class="scroll">'), table(head, rows, "data nowrap"), Raw("</div>")])
+
+
+def comparisons(run: RunDir, versions: list[str]) -> list[tuple[str, str]]:
+    """(baseline, version) pairs: comparisons.json's that name known versions, else each
+    version against the first."""
+    path = run.path / "comparisons.json"
+    if path.exists():
+        pairs = json.loads(path.read_text()).get("pairs", [])
+        return [(a, b) for a, b in pairs if a in versions and b in versions and a != b]
+    return [(versions[0], v) for v in versions[1:]]
+
+
+def _ab(run: RunDir, m: OnlineMetrics, shown: list[str]) -> Raw:
+    """Differences with 95% CIs and their calls, one column per compared pair."""
+    pairs = comparisons(run, m.versions)
+    if not pairs:
+        return Raw("")
+    cells = {(a, b): ab.ab_table({a: m.metrics[a], b: m.metrics[b]}, a, shown)[b] for a, b in pairs}
+    rows = []
+    for name in shown:
+        spec = METRICS[name]
+        row: list[Any] = [spec.title]
+        for pair in pairs:
+            c = cells[pair].get(name)
+            row.append("n/a" if c is None else f"{ab.fmt(c.diff, spec.unit, signed=True)} {c.call}")
+        rows.append(row)
+    head = ["metric", *(f"{b} − {a}" for a, b in pairs)]
+    return join([tag("h3", "A/B: differences with 95% CI (better/worse only where the CI excludes 0)"),
+                 Raw('<div class="scroll">'), table(head, rows, "data nowrap"), Raw("</div>")])  # fmt: skip
 
 
 def _complaints(m: OnlineMetrics, limit: int = 300) -> Raw:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlcycle.config import cfg
+from rlcycle.config import cfg, check_range
 
 OFFLINE_MODES = ("auto", "always", "never")
 
@@ -60,23 +60,13 @@ class SandboxConfig:
     def validate(self) -> list[str]:
         """Every problem at once, as 'key=value: why' lines."""
         problems = []
-        positive = {
-            "memory_mb": self.memory_mb, "cpus": self.cpus, "pids_limit": self.pids_limit,
-            "workspace_mb": self.workspace_mb, "tmp_mb": self.tmp_mb,
-            "timeout_s": self.timeout_s, "start_timeout_s": self.start_timeout_s,
-            "max_output_bytes": self.max_output_bytes, "ttl_s": self.ttl_s,
-            "pool_size": self.pool_size,
-        }  # fmt: skip
-        for key, value in positive.items():
-            if value <= 0:
-                problems.append(f"{key}={value}: must be > 0")
-        if self.host_grace_s < 0:
-            problems.append(f"host_grace_s={self.host_grace_s}: must be >= 0")
+        check_range(problems, self, ("memory_mb", "cpus", "workspace_mb", "tmp_mb", "timeout_s",
+                                     "start_timeout_s", "max_output_bytes", "ttl_s", "pool_size"), gt=0)
+        check_range(problems, self, "host_grace_s", ge=0)
         if self.offline_base not in OFFLINE_MODES:
             problems.append(f"offline_base={self.offline_base!r}: one of {', '.join(OFFLINE_MODES)}")
         uid = self.user.partition(":")[0]
         if uid in ("0", "root", ""):
             problems.append(f"user={self.user!r}: the sandbox never runs as root")
-        if self.pids_limit < 16:
-            problems.append(f"pids_limit={self.pids_limit}: below 16 even git and pytest fail")
+        check_range(problems, self, "pids_limit", ge=16)  # below 16 even git and pytest fail
         return problems

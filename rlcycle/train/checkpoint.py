@@ -7,27 +7,28 @@ byte for byte from the base, and `rlcycle.json`:
     id        content hash of the weights: "sha256:" + sha256 over the *.safetensors files,
               in name order (for one model.safetensors: its sha256, as init-model writes)
     parent    the base's id: its rlcycle.json id, else the registry's hash of its files
-    lineage   the ids from the first ancestor to this one (the policy-version order staleness uses)
+    lineage   the ids from the first ancestor to this one (the policy-version order staleness uses;
+              an ancestor may carry an older `sha256-` id, see rlcycle.digest)
     data      [{path, sha256}] of the examples files
     config    the resolved TrainConfig
     metrics   the run's summary
     created   RFC 3339 UTC
 
 The directory appears whole or not at all: it is written under a temp name beside OUT and
-renamed; rlcycle.json is its last file.
+renamed (`rlcycle.io.atomic_dir`); rlcycle.json is its last file.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rlcycle import digest
+from rlcycle import io as rio
 from rlcycle.errors import InputError
 
 RLCYCLE_JSON = "rlcycle.json"
@@ -60,18 +61,13 @@ def content_id(path: str | Path) -> str:
 
     For the usual single model.safetensors this is the file's sha256, the id init-model writes.
     """
-    h = hashlib.sha256()
-    for f in weight_files(Path(path)):
-        with open(f, "rb") as fh:
-            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                h.update(block)
-    return "sha256:" + h.hexdigest()
+    return digest.checkpoint_id_of(digest.files_sha256((None, f) for f in weight_files(Path(path))))
 
 
 def checkpoint_id(path: str | Path) -> str:
     """The id a checkpoint is known by (and served and logged as `policy_version` under):
-    its rlcycle.json `id`, else the registry's hash of its files (rlcycle.registry)."""
-    from rlcycle.registry import checkpoint_id as registry_id
+    its rlcycle.json `id`, else the registry's hash of its files (rlcycle.policy.registry)."""
+    from rlcycle.policy.registry import checkpoint_id as registry_id
 
     return registry_id(path)
 
@@ -104,7 +100,7 @@ def read_base(base: str | Path) -> BaseInfo:
             raise InputError(f"{p / RLCYCLE_JSON}: not JSON ({e})") from None
     base_id = checkpoint_id(p)
     lineage = [str(v) for v in meta.get("lineage") or []] or [base_id]
-    if lineage[-1] != base_id:
+    if not digest.same_checkpoint(lineage[-1], base_id):  # also an old `sha256-` id of the base
         lineage.append(base_id)
     config = json.loads((p / "config.json").read_text())
     dtype = config.get("dtype") or config.get("torch_dtype")
@@ -137,10 +133,7 @@ def write_checkpoint(model, state_dict: dict, base: BaseInfo, out: Path, meta: d
     Main process only. `extra_files` (name -> path) are moved into the directory first (e.g.
     train_metrics.arrow); rlcycle.json is written last.
     """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with rio.atomic_dir(out) as tmp:
         sd = {k: v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu()
               for k, v in state_dict.items()}  # fmt: skip
         model.save_pretrained(tmp, state_dict=sd, safe_serialization=True)
@@ -151,16 +144,11 @@ def write_checkpoint(model, state_dict: dict, base: BaseInfo, out: Path, meta: d
             shutil.move(str(src), tmp / name)
         for f in tmp.iterdir():  # temp-file helpers create 0600 files; a checkpoint is shared
             f.chmod(0o644)
-        tmp.chmod(0o755)
         ckpt_id = content_id(tmp)
-        lineage = list(base.lineage) + ([ckpt_id] if ckpt_id != base.lineage[-1] else [])
+        lineage = list(base.lineage) + ([] if digest.same_checkpoint(ckpt_id, base.lineage[-1]) else [ckpt_id])
         doc = {"format": FORMAT, "id": ckpt_id, "parent": base.id, "lineage": lineage, **meta,
                "created": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")}  # fmt: skip
         (tmp / RLCYCLE_JSON).write_text(json.dumps(doc, indent=2, default=str) + "\n")
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return ckpt_id
 
 
@@ -172,17 +160,3 @@ def _set_config_dtype(path: Path, dtype) -> None:
         if key in config or key == "dtype":
             config[key] = name
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Rename tmp onto out; an existing out is moved aside first and removed after."""
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        if out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
-        else:
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-            return
-    os.replace(tmp, out)

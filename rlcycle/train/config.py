@@ -6,10 +6,9 @@ Precedence (rlcycle.config.resolve): defaults < `--config` TOML (`[train]` table
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from rlcycle.config import cfg
+from rlcycle.config import cfg, check_range
 
 OBJECTIVES = ("ppo", "grpo", "dr_grpo", "cispo")
 NORMALIZATIONS = ("token", "sequence", "constant")
@@ -115,32 +114,21 @@ class TrainConfig:
         _choice(p, "lr_schedule", self.lr_schedule, ("constant", "linear", "cosine"))
         _choice(p, "precision", self.precision, ("auto", "fp32", "bf16"))
         _choice(p, "save_dtype", self.save_dtype, ("base", "fp32", "bf16"))
-        if not 0 <= self.clip_low < 1:
-            p.append(f"clip_low={self.clip_low}: must be in [0, 1)")
-        if self.clip_high < 0:
-            p.append(f"clip_high={self.clip_high}: must be >= 0")
+        check_range(p, self, ("clip_low", "is_floor"), ge=0, lt=1)
+        check_range(p, self, "clip_high", ge=0)
         # A truncation cap inside the clip range would cut the PPO trust region itself.
         floor = 1.0 if self.objective == "cispo" else 1.0 + self.clip_high
         if self.is_mode != "none" and self.is_cap < floor:
             p.append(f"is_cap={self.is_cap}: must be >= {floor:g} (1 + clip_high; 1 for cispo)")
-        if not 0 <= self.is_floor < 1:
-            p.append(f"is_floor={self.is_floor}: must be in [0, 1)")
-        for name in ("batch_size", "epochs", "micro_batch_tokens", "micro_batch_size", "max_seq_len"):
-            if getattr(self, name) < 1:
-                p.append(f"{name}={getattr(self, name)}: must be >= 1")
+        check_range(p, self, ("batch_size", "epochs", "micro_batch_tokens", "micro_batch_size", "max_seq_len"), ge=1)
         if self.max_seq_len > self.micro_batch_tokens and self.batching != "padded":
             p.append(
                 f"max_seq_len={self.max_seq_len} > micro_batch_tokens={self.micro_batch_tokens}: "
                 "a row must fit one forward pass"
             )
-        for name in ("max_steps", "stop_after"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                p.append(f"{name}={getattr(self, name)}: must be >= 1 (or none)")
-        for name in ("lr", "kl_coef", "max_grad_norm", "weight_decay", "warmup_steps",
-                     "max_completion_tokens", "save_every", "max_skipped_steps"):  # fmt: skip
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                p.append(f"{name}={value}: must be a finite number >= 0")
+        check_range(p, self, ("max_steps", "stop_after"), ge=1, optional=True)
+        check_range(p, self, ("lr", "kl_coef", "max_grad_norm", "weight_decay", "warmup_steps",
+                              "max_completion_tokens", "save_every", "max_skipped_steps"), ge=0, finite=True)  # fmt: skip
         return p
 
 

@@ -1,9 +1,11 @@
 """Start N training processes on this machine: `rlcycle train ... --processes N`.
 
-It re-runs the same command under `torch.distributed.run` (torchrun), which is what really
-gives N processes on CPU as well as on GPUs: each process then builds an Accelerator that joins
-the process group (MULTI_CPU on CPU, MULTI_GPU on GPUs), and the stage checks that Accelerate
-sees as many processes as the launcher started.
+In: the process count and the `train ...` arguments. Out: the launcher's exit code. It re-runs
+the same command as `python -m rlcycle train ...` under `torch.distributed.run` (torchrun),
+which is what really gives N processes on CPU as well as on GPUs: each process goes through
+the CLI's one entry point (rlcycle.cli.run), builds an Accelerator that joins the process group
+(MULTI_CPU on CPU, MULTI_GPU on GPUs), and the stage checks that Accelerate sees as many
+processes as the launcher started.
 
 For several nodes, FSDP or a custom Accelerate config, launch the module yourself, e.g.
 
@@ -34,12 +36,12 @@ def free_port() -> int:
 
 
 def torchrun_command(nproc: int, module_args: list[str], port: int | None = None) -> list[str]:
-    """`python -m torch.distributed.run ... -m rlcycle.train.launch <module_args>` here."""
+    """`python -m torch.distributed.run ... -m rlcycle <module_args>` on this machine."""
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", "1", "--nproc_per_node", str(nproc),
         "--master_addr", "127.0.0.1", "--master_port", str(port or free_port()),
-        "-m", "rlcycle.train.launch", *module_args,
+        "-m", "rlcycle", *module_args,
     ]  # fmt: skip
 
 
@@ -51,41 +53,7 @@ def spawn(nproc: int, module_args: list[str]) -> int:
     return subprocess.call(torchrun_command(nproc, module_args), env=env)
 
 
-def main() -> None:
-    """Entry point of each launched process: `python -m rlcycle.train.launch train ...`.
-
-    The same `train` command as `rlcycle train` (rlcycle/cli/train_cmd.py), with rlcycle's
-    error reporting and exit codes, usable before or without the main CLI wiring.
-    """
-    import click
-    import typer
-
-    from rlcycle.cli import report_error, train_cmd
-    from rlcycle.errors import EXIT_INTERRUPTED, RlcycleError
-
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
-
-    @app.callback()
-    def _root() -> None:
-        """rlcycle train, one process of a multi-process launch."""
-
-    train_cmd.register(app)
-    try:
-        code = app(standalone_mode=False)
-        sys.exit(code if isinstance(code, int) else 0)
-    except RlcycleError as e:
-        if os.environ.get("RLCYCLE_DEBUG") == "1":
-            raise
-        report_error(e)
-        sys.exit(e.exit_code)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(EXIT_INTERRUPTED)
-    except click.exceptions.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-
-
 if __name__ == "__main__":
-    main()
+    # `-m rlcycle.train.launch train ...`, the spelling of earlier releases, is `-m rlcycle train
+    # ...`: replace this process (torchrun keeps watching the same pid) with the one CLI.
+    os.execv(sys.executable, [sys.executable, "-m", "rlcycle", *sys.argv[1:]])

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from rlcycle import io as rio
 from rlcycle.errors import RlcycleError
 from rlcycle.train import data as D
 from rlcycle.train import loss as L
@@ -190,8 +191,7 @@ def save_state(acc, state_dir: Path, step: int, payload: dict) -> None:
     acc.wait_for_everyone()
     if acc.is_main_process:
         (tmp / STATE_FILE).write_text(json.dumps(payload, default=str))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        rio.replace_dir(tmp, final)
         for old in state_dir.glob("step-*"):
             if old != final:
                 shutil.rmtree(old, ignore_errors=True)

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from rlcycle import console
 from rlcycle import io as rio
+from rlcycle.digest import file_sha256
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.train import checkpoint as C
 from rlcycle.train import data as D
@@ -107,7 +108,7 @@ def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: s
         ref = acc.prepare_model(loop.load_model(base_info.path, config, trainable=False), evaluation_mode=True)
     if config.batching == "packed":
         loop.check_packing(model, acc.device, vocab, 5e-2 if acc.mixed_precision == "bf16" else 1e-3)
-    data_hashes = [{"path": p, "sha256": D.file_sha256(p)} for p in paths]
+    data_hashes = [{"path": p, "sha256": file_sha256(p)} for p in paths]
     state_dir = Path(config.state_dir) if config.state_dir else out.parent / f"{out.name}.state"
     fp = _fingerprint(config, data_hashes, base_info.id, acc.num_processes)
     start, rows, skipped = _resume(acc, config, state_dir, fp)
@@ -266,3 +267,33 @@ def _start_line(ex: D.Examples, schedule: D.Schedule, config: TrainConfig, acc) 
 
 def _g(x) -> str:
     return "-" if x is None else f"{x:.4g}"
+
+
+def format_summary(r: TrainResult) -> str:
+    """The human-readable lines `rlcycle train` prints on stderr after a run."""
+    s = r.summary
+    lines = [
+        f"train: {r.steps} steps ({len(r.skipped_steps)} skipped) on {r.world_size} process(es) in {r.seconds:.1f}s"
+        + (f", resumed from step {r.resumed_from}" if r.resumed_from else ""),
+        f"  rows           {r.rows_used:,} used of {r.rows_in:,}",
+    ]
+    for reason, n in sorted(r.dropped.items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {n:>8,}  dropped: {reason}")
+    lines += [
+        f"  tokens         {s.get('tokens', 0):,} ({s.get('loss_tokens', 0):,} trained on), "
+        f"{_g(s.get('tokens_per_s_mean'))} tokens/s, padding {_g(s.get('padding_fraction_mean'))}",
+        f"  loss           first {_g(s.get('loss_first'))}, last {_g(s.get('loss_last'))}",
+        f"  off-policy     ratio {_g(s.get('ratio_mean_mean'))}, mismatch KL {_g(s.get('mismatch_kl_mean'))}, "
+        f"ESS {_g(s.get('ess_mean'))}, clip {_g(s.get('clip_frac_mean'))}, IS-capped {_g(s.get('is_frac_mean'))}",
+        f"  checkpoint     {r.output} (id {_short(r.checkpoint_id)}, parent {_short(r.parent_id)})",
+        f"  metrics        {r.metrics_path}",
+    ]
+    return "\n".join(lines)
+
+
+def _short(cid: str | None) -> str:
+    """sha256:0123456789ab... -> sha256:0123456789ab (12 hex digits)."""
+    if not cid:
+        return "-"
+    head, sep, tail = cid.rpartition(":") if ":" in cid else ("", "", cid)
+    return f"{head}{sep}{tail[:12]}"

@@ -1,0 +1,206 @@
+"""The event model of collect: the events contract as JSON sees it, and the rules a row must pass.
+
+In: polars frames parsed by a reader (jsonl.py, arrow.py, otel.py) in the `JSON_SCHEMA` shape.
+Out: `normalise` adds `ts_ms` (epoch ms) and `_file`; `split_invalid` separates the rows that
+break a rule, each with the first failing rule as its reason; `BadRecord` is one quarantined
+record (file, line, reason, raw text) and `Chunk` what every reader yields. Nothing here reads
+files: the readers import this module, never the other way round.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from rlcycle.schema import EVENT_TYPES, FEEDBACK_KINDS, REQUIRED_BY_TYPE, TOOL_STATUSES
+
+# How events look in JSON: ts stays a string here (RFC 3339 or epoch ms) and is parsed below.
+JSON_SCHEMA: dict[str, pl.DataType] = {
+    "event_id": pl.String,
+    "type": pl.String,
+    "ts": pl.String,
+    "session_id": pl.String,
+    "episode_id": pl.String,
+    "sample_id": pl.String,
+    "turn": pl.Int64,
+    "policy_version": pl.String,
+    # Token ids fit in int32 (every vocabulary does); half the memory of int64.
+    "prompt_ids": pl.List(pl.Int32),
+    "completion_ids": pl.List(pl.Int32),
+    "completion_logprobs": pl.List(pl.Float32),
+    "prompt_messages": pl.List(pl.Struct({"role": pl.String, "content": pl.String})),
+    "completion_text": pl.String,
+    "tool_calls": pl.List(
+        pl.Struct({"call_id": pl.String, "name": pl.String, "arguments": pl.String})
+    ),
+    "latency_ms": pl.Float64,
+    "temperature": pl.Float64,
+    "call_id": pl.String,
+    "status": pl.String,
+    "error": pl.String,
+    "duration_ms": pl.Float64,
+    "lines_proposed": pl.Int64,
+    "lines_surviving": pl.Int64,
+    "observed_after_s": pl.Float64,
+    "text": pl.String,
+    "value": pl.Float64,
+    "kind": pl.String,
+}
+# Epoch-ms bounds that catch seconds passed as milliseconds (and garbage).
+TS_MIN_MS = 946_684_800_000  # 2000-01-01
+TS_MAX_MS = 4_102_444_800_000  # 2100-01-01
+BLOCK_BYTES = 32 << 20
+
+
+@dataclass
+class BadRecord:
+    file: str
+    line: int  # 1-based line (JSON lines) or row (Arrow/Parquet) or span (OTel)
+    reason: str
+    record: str | None = None  # the raw text, redacted before it is written
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "reason": self.reason, "record": self.record}
+
+
+@dataclass
+class Chunk:
+    events: pl.DataFrame  # JSON_SCHEMA columns, ts as Int64 epoch ms, plus _file, _line
+    bad: list[BadRecord] = field(default_factory=list)
+    bytes_read: int = 0
+    lines_read: int = 0
+
+
+
+
+def raw_text(raw: bytes) -> str:
+    """A raw input line as text for a quarantine record (bad UTF-8 replaced, never an error)."""
+    return raw.decode("utf-8", errors="replace")
+
+
+# --- normalising and validating ----------------------------------------------------------------
+
+
+def empty_json_frame() -> pl.DataFrame:
+    return pl.DataFrame(schema={**JSON_SCHEMA, "_line": pl.Int64})
+
+
+def empty_events() -> pl.DataFrame:
+    """No events, with every column of a normalised chunk."""
+    return normalise(empty_json_frame(), "")
+
+
+def normalise(df: pl.DataFrame, name: str) -> pl.DataFrame:
+    """ts (RFC 3339 text or epoch ms) to epoch ms as `ts_ms`; add `_file`; keep `ts` text."""
+    ts = pl.col("ts").str.strip_chars()
+    numeric = ts.str.contains(r"^-?\d+(\.\d+)?$")
+    parsed = (
+        ts.str.replace(r"[zZ]$", "+00:00")
+        .str.replace(r"^(\d{4}-\d\d-\d\d) ", "${1}T")
+        .str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%:z", strict=False, time_zone="UTC")
+        .dt.epoch("ms")
+    )
+    ms = pl.when(numeric).then(ts.cast(pl.Float64, strict=False).cast(pl.Int64, strict=False))
+    return df.with_columns(
+        ms.otherwise(parsed).alias("ts_ms"),
+        pl.lit(name, dtype=pl.String).alias("_file"),
+    )
+
+
+def _rule(cond: pl.Expr, reason: str | pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    return cond, (pl.lit(reason) if isinstance(reason, str) else reason)
+
+
+def _rules() -> list[tuple[pl.Expr, pl.Expr]]:
+    t = pl.col("type")
+    rules = [
+        _rule(pl.col("event_id").is_null(), "missing event_id"),
+        _rule(t.is_null(), "missing type"),
+        _rule(
+            ~t.is_in(EVENT_TYPES),
+            pl.format("unknown event type '{}' (expected one of {})", t, pl.lit(", ".join(EVENT_TYPES))),
+        ),
+        _rule(pl.col("session_id").is_null(), "missing session_id"),
+        _rule(pl.col("ts").is_null(), "missing ts"),
+        _rule(
+            pl.col("ts_ms").is_null(),
+            pl.format("ts '{}' is neither RFC 3339 nor epoch milliseconds", pl.col("ts")),
+        ),
+        _rule(
+            (pl.col("ts_ms") < TS_MIN_MS) | (pl.col("ts_ms") > TS_MAX_MS),
+            pl.format("ts {} is outside 2000–2100 (epoch milliseconds expected)", pl.col("ts")),
+        ),
+    ]
+    for etype, required in REQUIRED_BY_TYPE.items():
+        for col in required:
+            rules.append(_rule((t == etype) & pl.col(col).is_null(), f"{etype}: missing {col}"))
+    ids, lps = pl.col("completion_ids"), pl.col("completion_logprobs")
+    rules += [
+        _rule(
+            (t == "completion") & lps.is_not_null() & (lps.list.len() != ids.list.len()),
+            pl.format(
+                "completion: {} completion_logprobs for {} completion_ids",
+                lps.list.len(),
+                ids.list.len(),
+            ),
+        ),
+        _rule((t == "completion") & (pl.col("turn") < 0), "completion: negative turn"),
+        _rule(
+            (t == "tool_result") & ~pl.col("status").is_in(TOOL_STATUSES),
+            pl.format("tool_result: status '{}' is not one of ok, error, invalid, timeout", pl.col("status")),
+        ),
+        _rule(
+            (t == "edit_outcome")
+            & ((pl.col("lines_surviving") < 0) | (pl.col("lines_surviving") > pl.col("lines_proposed"))),
+            "edit_outcome: lines_surviving must be between 0 and lines_proposed",
+        ),
+        _rule(
+            (t == "feedback") & pl.col("sample_id").is_null() & pl.col("episode_id").is_null(),
+            "feedback: needs sample_id or episode_id",
+        ),
+        _rule(
+            (t == "feedback") & ((pl.col("value") < -1) | (pl.col("value") > 1) | pl.col("value").is_nan()),
+            "feedback: value must be within -1…1",
+        ),
+        _rule(
+            (t == "feedback") & pl.col("kind").is_not_null() & ~pl.col("kind").is_in(FEEDBACK_KINDS),
+            pl.format("feedback: kind '{}' is not one of thumbs, accept, reject", pl.col("kind")),
+        ),
+    ]
+    return rules
+
+
+def split_invalid(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(valid rows, invalid rows with a `_reason`): the first failing rule names the reason."""
+    rules = _rules()
+    cond, reason = rules[0]
+    expr = pl.when(cond.fill_null(False)).then(reason)
+    for cond, reason in rules[1:]:
+        expr = expr.when(cond.fill_null(False)).then(reason)
+    df = df.with_columns(expr.otherwise(None).cast(pl.String).alias("_reason"))
+    bad = df.filter(pl.col("_reason").is_not_null())
+    if bad.height == 0:
+        return df.drop("_reason"), bad
+    return df.filter(pl.col("_reason").is_null()).drop("_reason"), bad
+
+
+def bad_from_rows(rows: pl.DataFrame, raw_by_line: dict[int, bytes] | None) -> list[BadRecord]:
+    out = []
+    for r in rows.select("_file", "_line", "_reason").iter_rows():
+        raw = raw_by_line.get(r[1]) if raw_by_line else None
+        out.append(BadRecord(r[0], r[1], r[2], raw_text(raw) if raw is not None else None))
+    return out
+
+
+def rows_as_records(rows: pl.DataFrame) -> list[BadRecord]:
+    """Bad rows from non-JSON sources: the record is the row itself as JSON."""
+    out = []
+    for row in rows.iter_rows(named=True):
+        reason = row.pop("_reason")
+        file, line = row.pop("_file"), row.pop("_line")
+        row.pop("ts_ms", None)
+        out.append(BadRecord(file, line, reason, json.dumps(row, default=str)))
+    return out

@@ -1,0 +1,183 @@
+"""JSON lines events: parsed by polars in large blocks, bad lines bisected out and explained.
+
+In: a buffered binary stream of JSON lines (or one OTLP/JSON document, handed to otel.py).
+Out: `Chunk`s of normalised events. A block that fails to parse is bisected until the bad lines
+are isolated, so one bad line costs O(log n) re-parses, and the reason names the field and the
+value (`explain_line`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import polars as pl
+
+from rlcycle.collect.events import (
+    JSON_SCHEMA,
+    BadRecord,
+    Chunk,
+    bad_from_rows,
+    empty_json_frame,
+    normalise,
+    raw_text,
+    split_invalid,
+)
+from rlcycle.collect.otel import read_otel
+from rlcycle.errors import InputError
+
+# polars stops at 1,024 levels and Python's json at its recursion limit (about 1,000): a line
+# nested deeper is a bad line like any other, whatever both parsers make of it.
+TOO_DEEP = "nested too deeply (arrays/objects more than about 1,000 levels deep)"
+
+
+def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]:
+    first = _first_line(stream)
+    if first is not None and _is_otel(first):
+        yield from read_otel(stream.read(), name)
+        return
+    if first is None:  # not one object per line: a whole JSON document
+        doc = stream.read()
+        try:
+            obj = json.loads(doc)
+        except json.JSONDecodeError as e:
+            raise InputError(
+                f"{name}:{e.lineno}:{e.colno}: neither JSON lines nor a JSON document ({e.msg})",
+                hint="events are one JSON object per line",
+            ) from None
+        except RecursionError:
+            raise InputError(
+                f"{name}: a JSON document {TOO_DEEP}", hint="events are one JSON object per line"
+            ) from None
+        if isinstance(obj, dict) and "resourceSpans" in obj:
+            yield from read_otel(doc, name)
+            return
+        raise InputError(
+            f"{name}: a JSON document that is not an OTLP/JSON trace export",
+            hint="events are one JSON object per line; OTel exports have resourceSpans",
+        )
+    line_no = 0
+    tail = b""
+    while True:
+        data = stream.read(block_bytes)
+        if not data:
+            break
+        block = tail + data
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            tail = block
+            continue
+        block, tail = block[: cut + 1], block[cut + 1 :]
+        chunk = parse_block(block, name, line_no)
+        line_no += block.count(b"\n")
+        yield chunk
+    if tail.strip():
+        yield parse_block(tail + b"\n", name, line_no)
+
+
+def _first_line(stream: Any) -> bytes | None:
+    """The first non-blank line, or None when the input is a pretty-printed JSON document.
+
+    A malformed first line is still returned: the file is JSON lines with a bad line 1.
+    """
+    probe = stream.peek(1 << 20)[: 1 << 20]
+    for line in probe.split(b"\n"):
+        if line.strip():
+            return None if line.strip() in (b"{", b"[") else line
+    return None
+
+
+def _is_otel(line: bytes) -> bool:
+    return b'"resourceSpans"' in line[:4096]
+
+
+def parse_block(block: bytes, name: str, first_line_index: int) -> Chunk:
+    """Parse a block of whole lines; `first_line_index` is the 0-based index of its first line."""
+    lines = block.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    numbered = [(first_line_index + i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
+    frames: list[pl.DataFrame] = []
+    bad: list[BadRecord] = []
+    _parse_bisect(numbered, name, frames, bad)
+    events = pl.concat(frames, how="vertical") if frames else empty_json_frame()
+    events = normalise(events, name)
+    good, rejected = split_invalid(events)
+    bad.extend(bad_from_rows(rejected, dict(numbered)))
+    return Chunk(good, bad, bytes_read=len(block), lines_read=len(lines))
+
+
+def _parse_bisect(numbered, name, frames, bad) -> None:
+    """Parse numbered lines with polars; bisect failing ranges down to the bad lines."""
+    if not numbered:
+        return
+    payload = b"\n".join(ln for _, ln in numbered)
+    try:
+        df = pl.read_ndjson(payload, schema=JSON_SCHEMA)
+    except Exception as e:  # polars raises ComputeError/SchemaError/… for any bad line
+        if len(numbered) == 1:
+            line_no, raw = numbered[0]
+            bad.append(BadRecord(name, line_no, explain_line(raw, e), raw_text(raw)))
+            return
+        mid = len(numbered) // 2
+        _parse_bisect(numbered[:mid], name, frames, bad)
+        _parse_bisect(numbered[mid:], name, frames, bad)
+        return
+    if df.height != len(numbered):  # should not happen; never lose lines silently
+        for line_no, raw in numbered:
+            _parse_bisect([(line_no, raw)], name, frames, bad)
+        return
+    frames.append(df.with_columns(pl.Series("_line", [n for n, _ in numbered], dtype=pl.Int64)))
+
+
+def explain_line(raw: bytes, error: Exception) -> str:
+    """Why one JSON line failed: malformed JSON (with column), too deep, not an object, or a field type."""
+    try:
+        return _explain(raw, error)
+    except RecursionError:  # json.loads, or json.dumps of a value nested near the limit
+        return f"JSON {TOO_DEEP}"
+
+
+def _explain(raw: bytes, error: Exception) -> str:
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as e:
+        return f"malformed JSON at column {e.colno}: {e.msg}"
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    if not isinstance(obj, dict):
+        return f"expected a JSON object, got {type(obj).__name__}"
+    for key, dtype in JSON_SCHEMA.items():
+        if key in obj and obj[key] is not None and not _json_type_ok(obj[key], dtype):
+            return f"field {key!r}: expected {_describe(dtype)}, got {json.dumps(obj[key])[:60]}"
+    return f"unparseable event ({str(error).splitlines()[0][:120]})"
+
+
+def _json_type_ok(value: Any, dtype: pl.DataType) -> bool:
+    if dtype == pl.Int32:
+        return isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31
+    if dtype == pl.Float32:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if dtype == pl.Int64:
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, str) and value.strip().lstrip("-").isdigit()
+        )
+    if dtype == pl.Float64:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(dtype, pl.List):
+        return isinstance(value, list) and all(
+            v is None or _json_type_ok(v, dtype.inner) for v in value
+        )
+    if isinstance(dtype, pl.Struct):
+        return isinstance(value, dict)
+    return True  # strings accept anything (objects become JSON text)
+
+
+def _describe(dtype: pl.DataType) -> str:
+    if isinstance(dtype, pl.List):
+        return f"a list of {_describe(dtype.inner)}"
+    return {pl.Int64: "an integer", pl.Int32: "a 32-bit integer", pl.Float64: "a number",
+            pl.Float32: "a number", pl.String: "a string"}.get(
+        dtype, "an object"
+    )

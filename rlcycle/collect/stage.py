@@ -1,0 +1,355 @@
+"""collect: production event logs in, `trajectories.arrow` out (one row per model sample).
+
+In:  event logs — files, directories, globs or `-` — as JSON lines (optionally gzipped), Arrow,
+     Parquet or OpenTelemetry GenAI spans (OTLP/JSON); see docs/design.md "Events".
+Out: `trajectories.arrow` (the `trajectories` contract), bad records in
+     `<output>.quarantine.jsonl` (file, line, reason, redacted record), and a `CollectResult`
+     with every count (in, duplicates, quarantined, joined, held back, orphans, redactions).
+
+    rlcycle collect sample_data/events -o runs/demo/trajectories.arrow
+
+How it keeps memory bounded: pass 1 parses the input in blocks and appends each valid event to
+one of N partition files on disk, chosen by a hash of its `session_id` (every event of an
+episode carries the same session, so each partition joins on its own). N grows with the input
+size (`bucket_bytes` of input per partition). Pass 2 joins one partition at a time in memory
+and appends its trajectories to the output. Peak memory is about one partition, whatever the
+input size.
+
+Join rules (late and out-of-order events are normal, so nothing depends on arrival order):
+- duplicates: the first event of each `event_id` wins; later copies are counted.
+- tool results join their call by (sample_id, call_id); the latest result wins. A result for
+  a call the completion did not list is kept as a call with no name (never dropped).
+- edit outcomes join by (sample_id, call_id); `edit_lines_*` sum over the sample's edits.
+- the first user message of an episode is its `followup_text`.
+- feedback: the latest sample-level value, else the latest episode-level one
+  (`feedback_scope` says which).
+- maturity: an episode with an `ok` edit call whose outcome has not arrived yet is held back
+  (counted, not written) until it is `maturity_s` old at `as_of`; after that it is written
+  with the outcome missing (`edit_outcomes_missing` counts them).
+- filters: `policy_versions` per sample; `since`/`until` on the episode's first sample, so an
+  episode is never cut in half.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from rlcycle import io as rio
+from rlcycle.collect import join, redact
+from rlcycle.collect.events import BadRecord, Chunk
+from rlcycle.collect.join import SESSION_HASH
+from rlcycle.collect.sources import expand_inputs, read_source
+from rlcycle.config import cfg, check_range
+from rlcycle.console import Progress
+from rlcycle.errors import InputError
+from rlcycle.schema import TRAJECTORIES, conform
+
+
+@dataclass
+class CollectConfig:
+    policy_versions: list[str] = cfg([], help="Keep only samples of these policy versions (all when empty).")
+    since: str | None = cfg(None, help="Keep episodes whose first sample is at or after this time (RFC 3339).")
+    until: str | None = cfg(None, help="Keep episodes whose first sample is before this time (RFC 3339).")
+    maturity_s: float = cfg(
+        6 * 3600.0, help="Hold back an episode with edit outcomes still due until it is this old (seconds)."
+    )
+    as_of: str | None = cfg(None, help="'Now' for the maturity rule (RFC 3339); default: the wall clock.")
+    edit_tools: list[str] = cfg(["write_file", "apply_patch", "replace_in_file"], help="Tool names whose ok calls get edit outcomes.")
+    strict: bool = cfg(False, help="Fail with exit 2 on the first bad record instead of quarantining it.")
+    redact: bool = cfg(True, help="Redact secrets in text fields before anything is written.")
+    secret_patterns: dict[str, str] = cfg({}, help="Extra secret patterns to redact: name = regex.")
+    bucket_bytes: int = cfg(256 << 20, help="Input bytes per join partition (lower: less memory, more files).")
+    block_bytes: int = cfg(32 << 20, help="Bytes of JSON lines parsed per block.")
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("since", "until", "as_of"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    parse_time(value)
+                except ValueError:
+                    problems.append(f"{name}={value!r}: not an RFC 3339 time (e.g. 2026-11-30T10:00:00Z)")
+        check_range(problems, self, "maturity_s", ge=0)
+        check_range(problems, self, "bucket_bytes", ge=1 << 20)  # 1 MiB
+        check_range(problems, self, "block_bytes", ge=1 << 16)  # 64 KiB
+        return problems
+
+
+@dataclass
+class CollectResult:
+    output: str
+    quarantine: str | None
+    files: int = 0
+    bytes_read: int = 0
+    lines_read: int = 0
+    events_in: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    quarantine_reasons: Counter = field(default_factory=Counter)
+    samples_out: int = 0
+    episodes_out: int = 0
+    held_back_episodes: int = 0
+    held_back_samples: int = 0
+    filtered_samples: int = 0
+    duplicate_samples: int = 0
+    orphans: Counter = field(default_factory=Counter)
+    redactions: Counter = field(default_factory=Counter)
+    quarantine_truncated: int = 0  # quarantined fields cut at QUARANTINE_FIELD_CHARS
+    per_policy_version: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    partitions: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "output": self.output,
+            "quarantine": self.quarantine,
+            "files": self.files,
+            "bytes_read": self.bytes_read,
+            "lines_read": self.lines_read,
+            "events_in": self.events_in,
+            "duplicates": self.duplicates,
+            "quarantined": self.quarantined,
+            "quarantine_reasons": dict(self.quarantine_reasons.most_common()),
+            "quarantine_truncated": self.quarantine_truncated,
+            "samples_out": self.samples_out,
+            "episodes_out": self.episodes_out,
+            "held_back_episodes": self.held_back_episodes,
+            "held_back_samples": self.held_back_samples,
+            "filtered_samples": self.filtered_samples,
+            "duplicate_samples": self.duplicate_samples,
+            "orphans": dict(sorted(self.orphans.items())),
+            "redactions": dict(sorted(self.redactions.items())),
+            "per_policy_version": {k: dict(sorted(v.items())) for k, v in sorted(self.per_policy_version.items())},
+            "partitions": self.partitions,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def parse_time(value: str) -> datetime:
+    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def _ms(value: str | None) -> int | None:
+    return None if value is None else int(parse_time(value).timestamp() * 1000)
+
+
+def default_quarantine_path(out: str) -> str:
+    return "collect.quarantine.jsonl" if out == rio.STDIO else f"{out}.quarantine.jsonl"
+
+
+# --- the stage ---------------------------------------------------------------------------------
+
+
+def run(
+    config: CollectConfig,
+    inputs: list[str],
+    out: str,
+    quarantine: str | None = None,
+    quiet: bool = False,
+) -> CollectResult:
+    """Collect `inputs` into trajectories at `out` (path or `-`); see the module docstring."""
+    started = time.monotonic()
+    files = expand_inputs(inputs)
+    if files.count(rio.STDIO) > 1:
+        raise InputError("stdin (-) given more than once")
+    rio.format_for_output(out)  # reject a bad extension before reading anything
+    qpath = quarantine or default_quarantine_path(out)
+    result = CollectResult(output=out, quarantine=None, files=len(files))
+    patterns = redact.patterns_with(config.secret_patterns) if config.redact else ()
+    sizes = [os.path.getsize(f) for f in files if f != rio.STDIO]
+    n_parts = max(1, math.ceil(sum(sizes) / config.bucket_bytes))
+    if rio.STDIO in files:
+        n_parts = max(n_parts, 16)  # unknown size: spread it
+    n_parts = 1 << (n_parts - 1).bit_length()  # a power of two: see Partitioner
+    result.partitions = n_parts
+    qwriter = rio.AtomicTextWriter(qpath)
+    progress = Progress("collect", quiet=quiet)
+    workdir = Path(out).parent if out != rio.STDIO else Path(tempfile.gettempdir())
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".rlcycle-collect-", dir=workdir) as tmp:
+            parts = Partitioner(Path(tmp), n_parts)
+            for path in files:
+                for chunk in read_source(path, config.block_bytes):
+                    _take_chunk(chunk, result, parts, qwriter, patterns, config.strict)
+                    progress.update(events=result.events_in, quarantined=result.quarantined)
+            parts.close()
+            if result.events_in == 0 and result.quarantined == 0:
+                raise InputError(
+                    f"no events in {', '.join(inputs)}: the input is empty",
+                    hint="point collect at production event logs (JSON lines, Arrow, Parquet, OTel)",
+                )
+            _join_all(config, parts, out, result, patterns, progress)
+        qwriter.commit()
+    except BaseException:
+        qwriter.abort()
+        raise
+    result.quarantine = qpath if qwriter.count else None
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _take_chunk(chunk: Chunk, result: CollectResult, parts: Partitioner, qwriter, patterns, strict) -> None:
+    result.bytes_read += chunk.bytes_read
+    result.lines_read += chunk.lines_read
+    if chunk.bad:
+        _quarantine(chunk.bad, result, qwriter, patterns, strict)
+    if chunk.events.height:
+        result.events_in += chunk.events.height
+        parts.add(chunk.events)
+
+
+# A quarantined record is kept for a person to read, not to be replayed: past this many
+# characters a field is cut and ends with a marker saying how much was dropped (and the cut is
+# counted), so one runaway line cannot fill the disk with a second copy of itself.
+QUARANTINE_FIELD_CHARS = 64 * 1024
+
+
+def _quarantine(bads: list[BadRecord], result: CollectResult, qwriter, patterns, strict: bool) -> None:
+    """Write a chunk's bad records: redacted (all at once, linear time), then size-capped."""
+    if strict:
+        bad = bads[0]
+        raise InputError(
+            f"{bad.file}:{bad.line}: {_cap(bad.reason, 2000, result)}",
+            hint="fix or remove that record, or drop --strict to quarantine bad records and go on",
+        )
+    records = [b.record for b in bads]
+    reasons = [b.reason for b in bads]
+    if patterns:  # reasons may quote a value from the record, so they are redacted as well
+        records = redact.redact_texts(records, patterns, result.redactions)
+        reasons = redact.redact_texts(reasons, patterns, result.redactions)
+    for bad, record, reason in zip(bads, records, reasons, strict=True):
+        result.quarantined += 1
+        result.quarantine_reasons[_reason_kind(reason)] += 1
+        row = {**bad.as_dict(), "reason": _cap(reason, QUARANTINE_FIELD_CHARS, result),
+               "record": _cap(record, QUARANTINE_FIELD_CHARS, result)}  # fmt: skip
+        qwriter.write_line(json.dumps(row, ensure_ascii=False))
+
+
+def _cap(text: str | None, limit: int, result: CollectResult) -> str | None:
+    """`text` cut to `limit` characters plus a visible marker; each cut counted in the result."""
+    if text is None or len(text) <= limit:
+        return text
+    result.quarantine_truncated += 1
+    return f"{text[:limit]}…[truncated: {len(text) - limit} more characters]"
+
+
+_QUOTED_VALUE = re.compile(r"(?<!field )(?<!column )(?<!type )'[^']*'")
+_COUNT = re.compile(r"\b\d+ (?=complet)")  # "2 completion_ids", "3 complete batch(es)"
+
+
+def _reason_kind(reason: str) -> str:
+    """A short category for the summary: the reason without its details (column, the value
+    that was given, counts), keeping which field, column or event type it is about."""
+    head = reason.split(" at column")[0].split(", got ")[0].split(" (")[0]
+    return _QUOTED_VALUE.sub("'…'", _COUNT.sub("N ", head))
+
+
+# --- pass 1: partition by session ----------------------------------------------------------------
+
+# Columns that trajectories need; the rest of each event is not carried to disk.
+_KEEP = [
+    "event_id", "type", "ts_ms", "session_id", "episode_id", "sample_id", "turn", "policy_version",
+    "prompt_ids", "completion_ids", "completion_logprobs", "tool_calls", "latency_ms", "temperature",
+    "call_id", "status", "error", "lines_proposed", "lines_surviving", "text", "value", "kind",
+]  # fmt: skip
+
+
+class Partitioner:
+    """Append events to N Arrow stream files on disk, by a stable hash of session_id.
+
+    N is a power of two and a session's partition is the top log2(N) bits of its hash: the
+    partitions are *ranges* of the hash, so writing them in order, each sorted by hash, gives
+    one global order whatever N is (the same output for a file and for stdin).
+    """
+
+    def __init__(self, root: Path, n: int):
+        self.root, self.n = root, n
+        self._writers: dict[int, tuple[Any, Any]] = {}
+
+    def add(self, events: pl.DataFrame) -> None:
+        events = events.select(_KEEP)
+        if self.n == 1:
+            self._write(0, events)
+            return
+        shift = 64 - (self.n.bit_length() - 1)
+        part = (SESSION_HASH // pl.lit(1 << shift, dtype=pl.UInt64)).alias("_part")  # top bits
+        for (idx,), group in events.with_columns(part).partition_by("_part", as_dict=True).items():
+            self._write(int(idx), group.drop("_part"))
+
+    def _write(self, idx: int, df: pl.DataFrame) -> None:
+        table = df.to_arrow()
+        if idx not in self._writers:
+            sink = pa.OSFile(str(self.root / f"part-{idx:05d}.arrows"), "wb")
+            self._writers[idx] = (sink, ipc.new_stream(sink, table.schema))
+        self._writers[idx][1].write_table(table)
+
+    def close(self) -> None:
+        for sink, writer in self._writers.values():
+            writer.close()
+            sink.close()
+
+    def parts(self):
+        for idx in sorted(self._writers):
+            with pa.memory_map(str(self.root / f"part-{idx:05d}.arrows")) as src:
+                table = ipc.open_stream(src).read_all()
+            yield pl.from_arrow(table)
+
+
+# --- pass 2: join each partition ----------------------------------------------------------------
+
+
+def _join_all(config: CollectConfig, parts: Partitioner, out: str, result: CollectResult, patterns, progress) -> None:
+    as_of = _ms(config.as_of) if config.as_of else int(time.time() * 1000)
+    with rio.ArtifactWriter(out, TRAJECTORIES.arrow) as writer:
+        for events in parts.parts():
+            traj = join.join_partition(events, config, as_of, _ms(config.since), _ms(config.until), patterns, result)
+            if traj.height:
+                writer.write(conform(traj.to_arrow(), TRAJECTORIES))
+            progress.update(samples=result.samples_out, held_back=result.held_back_samples)
+
+
+def format_summary(r: CollectResult) -> str:
+    """The human-readable lines `rlcycle collect` prints on stderr after a run."""
+    mb = r.bytes_read / 1e6
+    lines = [
+        f"collect: {r.events_in + r.quarantined:,} records from {r.files} file(s) "
+        f"({mb:,.1f} MB) in {r.seconds:.1f}s, {r.partitions} partition(s)",
+        f"  trajectories   {r.samples_out:,} samples in {r.episodes_out:,} episodes -> {r.output}",
+        f"  duplicates     {r.duplicates:,} events" + (f", {r.duplicate_samples} repeated sample ids" if r.duplicate_samples else ""),
+        f"  held back      {r.held_back_episodes:,} episodes ({r.held_back_samples:,} samples): edit outcomes still due",
+        f"  filtered out   {r.filtered_samples:,} samples (policy version / time window)",
+        f"  quarantined    {r.quarantined:,}" + (f" -> {r.quarantine}" if r.quarantine else ""),
+    ]
+    for reason, n in r.quarantine_reasons.most_common(8):
+        lines.append(f"    {n:>8,}  {reason}")
+    if r.orphans:
+        lines.append("  orphans        " + ", ".join(f"{k}={v:,}" for k, v in sorted(r.orphans.items()))
+                     + " (their sample or episode is not in this input)")
+    if r.redactions:
+        lines.append("  redacted       " + ", ".join(f"{k}={v:,}" for k, v in sorted(r.redactions.items())))
+    if r.per_policy_version:
+        lines.append("  per policy version:")
+        for version, c in sorted(r.per_policy_version.items()):
+            lines.append(
+                f"    {version}: {c['samples_out']:,} samples, {c['episodes_out']:,} episodes, "
+                f"{c['held_back_samples']:,} held back, {c['filtered']:,} filtered, "
+                f"{c['invalid_tool_calls']:,} invalid tool calls"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,37 @@
+"""The serving hook `deploy` calls after it moves an alias: a shell command or an HTTP POST.
+
+In: the hook (`DeployConfig.hook`: a command line, or an http(s) URL), the checkpoint directory
+and id. Out: None when the serving side took the checkpoint, else a one-line reason; `deploy`
+then restores the previous aliases. A command sees RLCYCLE_CHECKPOINT_DIR, RLCYCLE_CHECKPOINT_ID,
+RLCYCLE_ALIAS and RLCYCLE_CANARY_FRACTION; a URL receives the same as a JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+from pathlib import Path
+
+
+def call_hook(hook: str, path: Path, cid: str, alias: str, canary_fraction: float | None, timeout_s: float) -> str | None:
+    """Run the serving hook; None when it succeeded, else what went wrong."""
+    payload = {"checkpoint_dir": str(path), "checkpoint_id": cid, "alias": alias,
+               "canary_fraction": canary_fraction}  # fmt: skip
+    if hook.startswith(("http://", "https://")):
+        req = urllib.request.Request(hook, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                return None if 200 <= resp.status < 300 else f"HTTP {resp.status}"
+        except Exception as e:  # connection refused, HTTP error, timeout: all mean "not served"
+            return f"{type(e).__name__}: {e}"
+    env = dict(os.environ, RLCYCLE_CHECKPOINT_DIR=str(path), RLCYCLE_CHECKPOINT_ID=cid, RLCYCLE_ALIAS=alias,
+               RLCYCLE_CANARY_FRACTION="" if canary_fraction is None else str(canary_fraction))  # fmt: skip
+    try:
+        proc = subprocess.run(hook, shell=True, env=env, timeout=timeout_s, capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout_s}s"
+    if proc.returncode != 0:
+        return f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"
+    return None

@@ -1,0 +1,159 @@
+"""deploy: promote a checkpoint in the registry if its verdict passed; roll back; notify serving.
+
+In:  a checkpoint directory and its `verdict.json` (from eval). Out: registry aliases moved
+     atomically, a row in `deployments.arrow`, and the serving hook called.
+
+    rlcycle deploy runs/2026-12-02T10/checkpoint --verdict runs/2026-12-02T10/eval/verdict.json
+
+Rules:
+- no verdict, or a verdict whose decision is not `accept`: refused (exit 3) unless `--force`,
+  which is recorded in the history with who forced it;
+- a verdict that names a different candidate id than the checkpoint's: refused (exit 2);
+- promote: `production` = the checkpoint, `previous` = the old production;
+- `--canary F`: production stays; `candidate` = the checkpoint and the canary fraction F is
+  recorded for serving (the hook receives it); a later full deploy clears it;
+- the hook (a shell command, or an http(s) URL that receives a JSON POST) runs after the
+  aliases moved; if it fails, the aliases are moved back and that is recorded too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlcycle.config import cfg, check_range
+from rlcycle.deploy.hooks import call_hook
+from rlcycle.digest import same_checkpoint
+from rlcycle.errors import EXIT_GATE_REFUSED, InputError, RlcycleError
+from rlcycle.policy.registry import Entry, Registry, actor
+
+
+@dataclass
+class DeployConfig:
+    alias: str = cfg("production", help="The alias to promote into.")
+    force: bool = cfg(False, help="Promote without a passing verdict (recorded in the history).")
+    canary_fraction: float | None = cfg(None, help="Serve the checkpoint to this fraction of traffic first.")
+    hook: str | None = cfg(None, help="Serving hook: a shell command, or an http(s) URL to POST to.")
+    hook_timeout_s: float = cfg(120.0, help="Seconds the hook may take before it counts as failed.")
+
+    def validate(self) -> list[str]:
+        problems = []
+        check_range(problems, self, "canary_fraction", gt=0, lt=1, optional=True)
+        check_range(problems, self, "hook_timeout_s", gt=0)
+        return problems
+
+
+@dataclass
+class DeployResult:
+    action: str
+    alias: str
+    checkpoint_id: str | None
+    previous_id: str | None
+    forced: bool = False
+    canary_fraction: float | None = None
+    hook: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def load_verdict(path: str | Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputError(f"verdict {path}: no such file", hint="run `rlcycle eval` first") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"verdict {path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+
+
+def _check_verdict(verdict: dict[str, Any] | None, path, cid: str, force: bool) -> str | None:
+    """The verdict's decision; raises when it does not allow this checkpoint to ship."""
+    if verdict is None:
+        if force:
+            return None
+        raise RlcycleError(
+            "refusing to deploy without a verdict",
+            hint="pass --verdict eval/verdict.json, or --force (recorded in the history)",
+            exit_code=EXIT_GATE_REFUSED,
+        )
+    named = verdict.get("candidate_id")
+    if named and not same_checkpoint(named, cid):  # an older registry may store it as `sha256-`
+        raise InputError(
+            f"verdict {path} is for checkpoint {named}, not {cid}",
+            hint="deploy the checkpoint that was evaluated",
+        )
+    decision = verdict.get("decision")
+    if decision != "accept" and not force:
+        failed = [g["name"] for g in verdict.get("gates", []) if not g.get("passed")]
+        raise RlcycleError(
+            f"verdict {path} says {decision!r}" + (f" (failed gates: {', '.join(failed)})" if failed else ""),
+            hint="fix the candidate, or --force to override (recorded in the history)",
+            exit_code=EXIT_GATE_REFUSED,
+        )
+    return decision
+
+
+def run(config: DeployConfig, checkpoint: str | Path, verdict_path: str | Path | None, registry: Registry | None = None) -> DeployResult:
+    reg = registry or Registry()
+    verdict = load_verdict(verdict_path)
+    with reg.locked():
+        cid = reg.add(checkpoint)
+        decision = _check_verdict(verdict, verdict_path, cid, config.force)
+        forced = config.force and decision != "accept"
+        before = reg.state()
+        old = dict(before["aliases"])
+        new = dict(old)
+        note = "forced without a passing verdict" if forced else None
+        if config.canary_fraction is not None:
+            new["candidate"] = cid
+            canary = {"id": cid, "fraction": config.canary_fraction, "alias": config.alias}
+            action = "canary"
+        else:
+            if old.get(config.alias) != cid and config.alias in old:
+                new["previous"] = old[config.alias]
+            new[config.alias] = cid
+            canary, action = {}, "promote"
+        entry = Entry(action, config.alias, cid, old.get(config.alias), str(verdict_path) if verdict_path else None,
+                      decision, actor(), note)  # fmt: skip
+        reg.commit(new, entry, canary)
+        result = DeployResult(action, config.alias, cid, old.get(config.alias), forced, config.canary_fraction, config.hook)
+        if config.hook:
+            problem = call_hook(config.hook or "", reg.ckpts / cid, cid, config.alias, config.canary_fraction, config.hook_timeout_s)
+            if problem:
+                reg.commit(old, Entry("revert", config.alias, old.get(config.alias), cid, None, None, actor(),
+                                      f"serving hook failed: {problem}"), before.get("canary") or {})  # fmt: skip
+                raise RlcycleError(
+                    f"serving hook failed ({problem}); the registry was moved back to {old.get(config.alias)}",
+                    hint="check the hook command/URL, then deploy again",
+                )
+    return result
+
+
+def rollback(alias: str = "production", registry: Registry | None = None, note: str | None = None) -> DeployResult:
+    """Point `alias` back at `previous` (and `previous` at what was rolled back from)."""
+    reg = registry or Registry()
+    with reg.locked():
+        old = reg.aliases()
+        if "previous" not in old or alias not in old:
+            raise RlcycleError(
+                f"nothing to roll back to: the registry has no 'previous' for {alias!r}",
+                hint="`rlcycle registry ls` shows the aliases",
+            )
+        new = dict(old, **{alias: old["previous"], "previous": old[alias]})
+        reg.commit(new, Entry("rollback", alias, old["previous"], old[alias], None, None, actor(), note), {})
+    return DeployResult("rollback", alias, old["previous"], old[alias])
+
+
+def register(checkpoint: str | Path, alias: str | None, registry: Registry | None = None) -> str:
+    """Add a checkpoint (e.g. the first production model), optionally setting an alias."""
+    reg = registry or Registry()
+    with reg.locked():
+        cid = reg.add(checkpoint)
+        if alias:
+            old = reg.aliases()
+            reg.commit(dict(old, **{alias: cid}), Entry("register", alias, cid, old.get(alias), None, None, actor(), None))
+    return cid

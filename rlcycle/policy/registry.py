@@ -1,0 +1,247 @@
+"""The model registry: content-addressed checkpoints and aliases on disk, updated atomically.
+
+Layout under `<RLCYCLE_HOME>/registry` (RLCYCLE_HOME defaults to ~/.rlcycle):
+
+    checkpoints/<id>/     an HF checkpoint (loadable as is) + rlcycle.json; never modified
+    state.json            {"seq", "aliases": {name: id}, "canary": {...}, "last": <entry>}
+    deployments.arrow     history, one row per promotion/rollback (the `deployments` contract)
+    .lock                 rlcycle.io.FileLock: one writer at a time
+
+Atomicity: the only commit point is the rename of `state.json`. A checkpoint is copied into a
+temp dir and renamed into `checkpoints/` before any state refers to it; `deployments.arrow` is
+derived — if a process died after committing state but before appending history, the next
+open appends `state.last` (its `seq` says whether it is already there). So a process killed at
+any instant leaves a registry whose aliases all point at complete checkpoints.
+
+A writer killed mid-copy leaves its temp dir (`checkpoints/.<id>.XXXX.tmp`, a partial copy).
+Opening the registry removes every such dot-entry under `checkpoints/`, and does it while
+holding `.lock`: temps are only made by `add`, which runs under that lock, and the kernel drops
+a dead holder's lock, so a temp seen while we hold the lock has no live writer.
+
+A checkpoint's id is `rlcycle.json`'s `id` when present (train writes a content hash there),
+else `sha256:` + the sha256 of its files (names and bytes, sorted; `rlcycle.digest`). Registries
+written before that named such checkpoints `sha256-` + 32 hex: those entries still resolve by
+that name, by the new id of the same content, and `add` of the same content finds them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from rlcycle import digest
+from rlcycle import io as rio
+from rlcycle.errors import InputError, RlcycleError
+from rlcycle.faults import crash_point
+from rlcycle.schema import DEPLOYMENTS
+
+ALIASES = ("production", "previous", "candidate")
+
+
+def home() -> Path:
+    return Path(os.environ.get("RLCYCLE_HOME") or Path.home() / ".rlcycle")
+
+
+def checkpoint_id(path: str | Path) -> str:
+    """The content id of a checkpoint directory."""
+    p = Path(path)
+    meta = p / "rlcycle.json"
+    if meta.exists():
+        try:
+            found = json.loads(meta.read_text()).get("id")
+        except json.JSONDecodeError:
+            raise InputError(f"{meta}: not valid JSON", hint="the checkpoint's lineage file is damaged") from None
+        if found:
+            return str(found)
+    return digest.checkpoint_id_of(digest.tree_sha256(p))
+
+
+@dataclass
+class Entry:
+    action: str
+    alias: str
+    checkpoint_id: str | None
+    previous_id: str | None
+    verdict: str | None = None
+    decision: str | None = None
+    actor: str | None = None
+    note: str | None = None
+    ts: float = 0.0
+    seq: int = 0
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "ts": datetime.fromtimestamp(self.ts, tz=timezone.utc),
+            "action": self.action,
+            "alias": self.alias,
+            "checkpoint_id": self.checkpoint_id,
+            "previous_id": self.previous_id,
+            "verdict": self.verdict,
+            "decision": self.decision,
+            "actor": self.actor,
+            "note": self.note,
+        }
+
+
+class Registry:
+    """Open (and repair) a registry; every mutation happens under `with reg.locked():`."""
+
+    def __init__(self, root: str | Path | None = None):
+        self.root = Path(root) if root else home() / "registry"
+        self.ckpts = self.root / "checkpoints"
+        self.ckpts.mkdir(parents=True, exist_ok=True)
+        with self.locked():  # finishes a history append a killed writer left undone
+            self._remove_stale_temps()
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        path = self.root / "state.json"
+        if not path.exists():
+            return {"seq": 0, "aliases": {}, "canary": None, "last": None}
+        return json.loads(path.read_text())
+
+    def aliases(self) -> dict[str, str]:
+        return dict(self.state()["aliases"])
+
+    def resolve(self, ref: str) -> Path:
+        """A checkpoint directory for an alias, an id, `registry:<alias>` or a path."""
+        name = ref.removeprefix("registry:")
+        aliases = self.aliases()
+        if name in aliases:
+            return self.ckpts / aliases[name]
+        stored = self.stored_id(name)
+        if stored is not None:
+            return self.ckpts / stored
+        if Path(ref).is_dir():
+            return Path(ref)
+        known = ", ".join(sorted(aliases)) or "none yet"
+        raise InputError(
+            f"{ref!r} is not a registry alias (known: {known}), checkpoint id, or directory",
+            hint="`rlcycle registry ls` lists them; `rlcycle registry add DIR --alias production` registers one",
+        )
+
+    def stored_id(self, cid: str) -> str | None:
+        """The name `cid` is stored under: itself, or the old `sha256-` spelling of it."""
+        for name in (cid, digest.legacy_id(cid)):
+            if name and not name.startswith(".") and "/" not in name and (self.ckpts / name).is_dir():
+                return name
+        return None
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        out = []
+        aliases = self.aliases()
+        for d in sorted(self.ckpts.iterdir()):
+            if not d.is_dir() or d.name.startswith("."):
+                continue
+            meta = _read_meta(d)
+            out.append({
+                "id": d.name, "aliases": sorted(a for a, i in aliases.items() if i == d.name),
+                "parent": meta.get("parent"), "created": meta.get("created"), "path": str(d),
+            })  # fmt: skip
+        return out
+
+    def history(self) -> pa.Table:
+        path = self.root / "deployments.arrow"
+        if not path.exists():
+            return DEPLOYMENTS.arrow.empty_table()
+        return rio.read_table(path)
+
+    # --- writing ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Registry]:
+        with rio.FileLock(self.root / ".lock"):
+            self._repair_history()
+            yield self
+
+    def add(self, src: str | Path) -> str:
+        """Copy a checkpoint in (idempotent); returns its id. Call under `locked()`."""
+        src = Path(src)
+        if not src.is_dir():
+            raise InputError(f"{src}: not a checkpoint directory")
+        if not any(src.glob("config.json")):
+            raise InputError(f"{src}: no config.json — not an HF checkpoint", hint="pass the directory train wrote")
+        cid = checkpoint_id(src)
+        stored = self.stored_id(cid)  # an older registry may hold it under its `sha256-` id
+        if stored is not None:
+            return stored
+        with rio.atomic_dir(self.ckpts / cid) as tmp:
+            shutil.copytree(src, tmp, dirs_exist_ok=True, copy_function=_copy_file)
+            crash_point("copied")
+        return cid
+
+    def commit(self, aliases: dict[str, str], entry: Entry, canary: dict[str, Any] | None = None) -> None:
+        """Atomically replace the state (the commit point), then append the history row."""
+        state = self.state()
+        for name, cid in aliases.items():
+            if not (self.ckpts / cid).is_dir():
+                raise RlcycleError(f"alias {name!r} would point at missing checkpoint {cid}")
+        entry.seq = state["seq"] + 1
+        entry.ts = entry.ts or time.time()
+        new = {"seq": entry.seq, "aliases": aliases, "canary": canary if canary is not None else state.get("canary"),
+               "last": entry.__dict__}  # fmt: skip
+        crash_point("before-state")
+        crash_point(f"before-state:{entry.action}")
+        rio.atomic_write_text(self.root / "state.json", json.dumps(new, indent=2) + "\n")
+        crash_point("after-state")
+        crash_point(f"after-state:{entry.action}")
+        self._repair_history()
+
+    def _remove_stale_temps(self) -> None:
+        """Delete partial copies killed writers left in checkpoints/. Call under `locked()`."""
+        for d in self.ckpts.iterdir():
+            if not d.name.startswith("."):
+                continue
+            if d.is_dir() and not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                d.unlink(missing_ok=True)
+
+    def _repair_history(self) -> None:
+        """Append the last committed entry to deployments.arrow if it is not there yet."""
+        state_path = self.root / "state.json"
+        if not state_path.exists():
+            return
+        state = json.loads(state_path.read_text())
+        hist = self.history()
+        if hist.num_rows >= state["seq"] or not state.get("last"):
+            return
+        entry = Entry(**state["last"])
+        table = pa.concat_tables([hist, pa.Table.from_pylist([entry.row()], schema=DEPLOYMENTS.arrow)])
+        rio.write_table(table, self.root / "deployments.arrow")
+
+
+def _copy_file(src: str, dst: str, *, follow_symlinks: bool = True) -> str:
+    """shutil.copy2, then the `copying` crash point: a kill there leaves a half-copied temp."""
+    out = shutil.copy2(src, dst, follow_symlinks=follow_symlinks)
+    crash_point("copying")
+    return out
+
+
+def _read_meta(d: Path) -> dict[str, Any]:
+    try:
+        return json.loads((d / "rlcycle.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def actor() -> str:
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"

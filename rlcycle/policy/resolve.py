@@ -1,0 +1,46 @@
+"""Turn a policy reference from the command line into a policy to run.
+
+A reference is one of:
+- `scripted:reference` / `scripted:nothing` / `scripted:clarify` — scripted policies for tests, benches, demos
+  (`rlcycle.agent.scripted`): the tasks' reference solutions, or an agent that does nothing;
+- an http(s) URL — an OpenAI-compatible server (vLLM, SGLang, `rlcycle serve`);
+- a registry alias (`production`, `previous`, `candidate`, or `registry:<alias>`) or a
+  checkpoint id — resolved through the model registry;
+- a checkpoint directory.
+The `name` recorded in events and eval results is the checkpoint id when there is one (so
+collect's `policy_version` is the content hash of what served), else the reference itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCRIPTED = ("scripted:reference", "scripted:nothing", "scripted:clarify")
+
+
+@dataclass
+class ResolvedPolicy:
+    policy: Any  # rlcycle.policy.base.Policy
+    name: str
+    checkpoint_id: str | None
+    path: Path | None
+
+
+def resolve_policy(ref: str, tokenizer: str | Path | None = None, **options: Any) -> ResolvedPolicy:
+    """Load the policy `ref` names (see the module docstring)."""
+    from rlcycle.policy.load import load_policy
+    from rlcycle.policy.registry import Registry, checkpoint_id
+
+    if ref.startswith("scripted:"):
+        from rlcycle.agent import scripted
+
+        return ResolvedPolicy(scripted.make(ref, tokenizer), ref, None, None)
+    if ref.startswith(("http://", "https://")):
+        return ResolvedPolicy(load_policy(ref, **options), ref, None, None)
+    path = Path(ref)
+    if not path.is_dir():
+        path = Registry().resolve(ref)  # raises a clear error naming the known aliases
+    cid = checkpoint_id(path)
+    return ResolvedPolicy(load_policy(path, **options), cid, cid, path)

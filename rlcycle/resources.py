@@ -1,0 +1,60 @@
+"""resources: paths to the small data that ships inside the package, for defaults.
+
+What goes in: nothing (or a name under `rlcycle/data/`). What comes out: a filesystem `Path`
+into the installed package, found with `importlib.resources`, so the defaults of
+`rlcycle cycle`, `init-model` and the scripted policies work from any directory after a plain
+`pip install` (no source checkout needed):
+
+    tokenizer()    rlcycle/data/tokenizer/       the default tokenizer (HF format)
+    reward_spec()  rlcycle/data/rewards.toml     the default reward spec of distill
+    tasks()        rlcycle/data/tasks/           a small task suite (two clusters)
+    events()       rlcycle/data/events/          a small production event log (JSONL)
+
+`rlcycle/data/` is generated from the repository's `sample_data/` (the full tokenizer and
+reward spec, two of the six task clusters, every 32nd session of the event log) by
+`scripts/gen_package_data.py`; `tests/test_wheel.py` fails when the two disagree. The large
+sample data (the whole event log, the OTel export, all six clusters) stays in `sample_data/`.
+Ground floor: imports nothing of rlcycle's but the error type.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from rlcycle.errors import RlcycleError
+
+PACKAGE = "rlcycle"
+DATA_DIR = "data"
+
+
+def data_path(*parts: str) -> Path:
+    """The path of `rlcycle/data/<parts...>` in the installed package (it must exist)."""
+    root = files(PACKAGE).joinpath(DATA_DIR, *parts)
+    # A wheel installs unpacked, so this is a real path; a zipped import would need a copy,
+    # and nothing in rlcycle needs that, so say what is wrong instead of extracting.
+    path = Path(str(root))
+    if not path.exists():
+        raise RlcycleError(f"packaged data {'/'.join((PACKAGE, DATA_DIR, *parts))} is missing at {path}",
+                           hint="reinstall rlcycle (pip install --force-reinstall rlcycle) from a wheel or a checkout")  # fmt: skip
+    return path
+
+
+def tokenizer() -> Path:
+    """The default tokenizer directory (byte-level BPE, ChatML, HF format)."""
+    return data_path("tokenizer")
+
+
+def reward_spec() -> Path:
+    """The default reward spec of distill (TOML)."""
+    return data_path("rewards.toml")
+
+
+def tasks() -> Path:
+    """The default task suite directory (a few tasks of sample_data/tasks)."""
+    return data_path("tasks")
+
+
+def events() -> Path:
+    """The default production event log directory (a slice of sample_data/events)."""
+    return data_path("events")

@@ -1,0 +1,179 @@
+"""The shared helpers: content hashes and checkpoint ids (old `sha256-` ids still read), the
+atomic directory swap, the file lock, the TOML reader and the range check of `validate()`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import pytest
+
+from rlcycle import digest
+from rlcycle import io as rio
+from rlcycle.config import check_range, read_toml
+from rlcycle.errors import InputError
+from rlcycle.policy.registry import Registry, checkpoint_id
+from rlcycle.train import checkpoint as C
+from rlcycle.train.data import version_index
+
+NEW_ID = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def fake_ckpt(path, seed: int):
+    """A directory the registry accepts (it never loads the weights, so bytes stand in)."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"model_type": "qwen2", "seed": seed}))
+    (path / "model.safetensors").write_bytes(hashlib.sha256(str(seed).encode()).digest() * 64)
+    (path / "tokenizer.json").write_text("{}")
+    return path
+
+
+def old_registry(root, ckpt, alias="production") -> str:
+    """A registry as versions before the `sha256:` ids wrote it: the checkpoint stored under
+    `sha256-` + 32 hex of its tree hash, an alias on it, its history row not yet appended."""
+    old_id = "sha256-" + digest.tree_sha256(ckpt)[:32]
+    import shutil
+
+    shutil.copytree(ckpt, root / "checkpoints" / old_id)
+    entry = {"action": "register", "alias": alias, "checkpoint_id": old_id, "previous_id": None,
+             "verdict": None, "decision": None, "actor": "old@host", "note": None, "ts": 1.7e9, "seq": 1}  # fmt: skip
+    (root / "state.json").write_text(json.dumps({"seq": 1, "aliases": {alias: old_id}, "canary": None, "last": entry}))
+    return old_id
+
+
+# --- hashes and ids -------------------------------------------------------------------------------
+
+
+def test_file_and_tree_hashes(tmp_path):
+    a, b = tmp_path / "d" / "a.bin", tmp_path / "d" / "sub" / "b.txt"
+    b.parent.mkdir(parents=True)
+    a.write_bytes(b"\x00" * 3_000_000)
+    b.write_text("hello")
+    assert digest.file_sha256(a) == hashlib.sha256(a.read_bytes()).hexdigest()
+    expected = hashlib.sha256(b"a.bin\0" + a.read_bytes() + b"sub/b.txt\0hello").hexdigest()
+    assert digest.tree_sha256(tmp_path / "d") == expected
+    assert digest.files_sha256([(None, a), (None, b)]) == hashlib.sha256(a.read_bytes() + b"hello").hexdigest()
+    b.rename(b.with_name("c.txt"))  # a name is content too
+    assert digest.tree_sha256(tmp_path / "d") != expected
+
+
+def test_one_id_format_for_every_checkpoint(tmp_path):
+    foreign = fake_ckpt(tmp_path / "foreign", 0)  # no rlcycle.json: the hash of its files
+    cid = checkpoint_id(foreign)
+    assert NEW_ID.fullmatch(cid) and cid == "sha256:" + digest.tree_sha256(foreign)
+    assert NEW_ID.fullmatch(C.content_id(foreign))  # what train writes into rlcycle.json
+    assert C.content_id(foreign) == "sha256:" + digest.file_sha256(foreign / "model.safetensors")
+    old = digest.legacy_id(cid)
+    assert old == "sha256-" + cid[7:39]
+    assert digest.same_checkpoint(old, cid) and digest.same_checkpoint(cid, old)
+    assert not digest.same_checkpoint(old, "sha256:" + "0" * 64)
+    assert not digest.same_checkpoint(cid[:20], cid)  # a prefix of a new id is not an old id
+    assert not digest.same_checkpoint(None, cid)
+
+
+# --- old registries and lineage files ------------------------------------------------------------
+
+
+def test_an_old_registry_still_resolves_and_is_not_copied_twice(cli, tmp_path, rlcycle_home):
+    ckpt = fake_ckpt(tmp_path / "ckpt", 1)
+    root = rlcycle_home / "registry"
+    old_id = old_registry(root, ckpt)
+    new_id = checkpoint_id(ckpt)
+    reg = Registry()  # opening appends the history row the old writer left undone
+    assert reg.history().num_rows == 1
+    for ref in ("production", "registry:production", old_id, new_id):
+        assert reg.resolve(ref) == root / "checkpoints" / old_id, ref
+    r = cli(["registry", "show", new_id])
+    assert r.exit_code == 0, r.error
+    assert json.loads(r.stdout)["path"] == str(root / "checkpoints" / old_id)
+    # Deploying the same content (its verdict names the new id) finds the old entry.
+    v = tmp_path / "verdict.json"
+    v.write_text(json.dumps({"decision": "accept", "candidate_id": new_id, "gates": []}))
+    r = cli(["deploy", ckpt, "--verdict", v, "--alias", "candidate", "--json"])
+    assert r.exit_code == 0, r.error
+    assert json.loads(r.stdout)["checkpoint_id"] == old_id
+    assert [c["id"] for c in Registry().checkpoints()] == [old_id]
+    # Another checkpoint is stored under its new id, beside the old one.
+    other = fake_ckpt(tmp_path / "other", 2)
+    r = cli(["registry", "add", other])
+    assert r.exit_code == 0 and r.stdout.strip() == checkpoint_id(other)
+    assert sorted(c["id"] for c in Registry().checkpoints()) == sorted([old_id, checkpoint_id(other)])
+
+
+def test_an_old_lineage_file_still_orders_policy_versions(tmp_path):
+    foreign = fake_ckpt(tmp_path / "foreign", 3)  # the first base, served then as `sha256-...`
+    old_parent = digest.legacy_id(checkpoint_id(foreign))
+    child = fake_ckpt(tmp_path / "child", 4)  # trained by an older version from that base
+    child_id = C.content_id(child)
+    (child / "rlcycle.json").write_text(json.dumps({"id": child_id, "parent": old_parent,
+                                                    "lineage": [old_parent, child_id]}))  # fmt: skip
+    base = C.read_base(child)
+    assert base.id == child_id and base.lineage == [old_parent, child_id]
+    # Events logged under the old id, or under the new id the foreign base now has, are one version.
+    assert version_index(old_parent, base.lineage) == 0
+    assert version_index(checkpoint_id(foreign), base.lineage) == 0
+    assert version_index(child_id, base.lineage) == 1
+    assert version_index("sha256:" + "f" * 64, base.lineage) is None
+
+
+# --- atomic directories and the lock ------------------------------------------------------------
+
+
+def test_atomic_dir_replaces_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), rio.atomic_dir(out) as tmp:
+        (tmp / "new.txt").write_text("new")
+        raise RuntimeError("killed halfway")
+    assert [p.name for p in out.iterdir()] == ["old.txt"]
+    with rio.atomic_dir(out) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert [p.name for p in out.iterdir()] == ["new.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temp or moved-aside copy left
+    (tmp_path / "file").write_text("a file in the way")
+    with rio.atomic_dir(tmp_path / "file") as tmp:
+        (tmp / "x").write_text("x")
+    assert (tmp_path / "file" / "x").read_text() == "x"
+
+
+def test_a_held_lock_names_its_holder(tmp_path):
+    path = tmp_path / "home" / "cycle.lock"
+    with rio.FileLock(path, wait=False, holder="pid 1 since noon"):
+        with pytest.raises(rio.LockBusy) as busy:  # flock: a second open file is a second locker
+            rio.FileLock(path, wait=False).__enter__()
+        assert busy.value.holder == "pid 1 since noon"
+    with rio.FileLock(path, wait=False):  # released on exit
+        pass
+
+
+# --- TOML and ranges -------------------------------------------------------------------------------
+
+
+def test_toml_errors_name_the_file_line_and_column(cli, tmp_path):
+    bad = tmp_path / "cycle.toml"
+    bad.write_text('[cycle]\nsource = "logs"\nrun_dir = \n')
+    r = cli(["cycle", "--config", bad, "--dry-run"])
+    assert r.exit_code == 2
+    assert f"config file {bad}:3:11: not valid TOML (Invalid value)" in r.error
+    bad.write_text("[cycle]\nevents = [\n")  # the error is at the end of the document
+    with pytest.raises(InputError, match=rf"{re.escape(str(bad))}:\d+:\d+: not valid TOML"):
+        read_toml(bad)
+    with pytest.raises(InputError, match="reward spec .*nope.toml does not exist"):
+        read_toml(tmp_path / "nope.toml", "reward spec")
+
+
+def test_range_checks_say_the_range(cli, tmp_path):
+    class Cfg:
+        n, rate, frac, lr, cap = 0, float("nan"), 1.0, float("inf"), None
+
+    p: list[str] = []
+    check_range(p, Cfg, ("n", "rate"), ge=1)
+    check_range(p, Cfg, "frac", gt=0, lt=1, optional=True)
+    check_range(p, Cfg, "lr", ge=0, finite=True)
+    check_range(p, Cfg, "cap", ge=1, optional=True)  # None passes
+    assert p == ["n=0: must be >= 1", "rate=nan: must be >= 1", "frac=1.0: must be in (0, 1) (or none)",
+                 "lr=inf: must be a finite number >= 0"]  # fmt: skip
+    r = cli(["deploy", fake_ckpt(tmp_path / "c", 5), "--force", "--canary", "1.5"])
+    assert r.exit_code == 2 and "canary_fraction=1.5: must be in (0, 1) (or none)" in r.error
