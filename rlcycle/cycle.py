@@ -1,7 +1,8 @@
 """cycle: collect, distill, train, eval and deploy, in one run directory, resumable and cached.
 
 In:  a cycle config (TOML; every key has a default that runs on the bundled sample data and
-     the tiny default model), production event logs (or `simulate` as the event source).
+     the tiny default model), the event source: `simulate` (the default: the production
+     policy on the task suite, so the first cycle is on-policy) or production event logs.
 Out: `RUN_DIR/<stage>/...` outputs with a `manifest.json` per stage written last, `RUN_DIR/run.json`
      (the pinned base checkpoint), a registry update when the gate accepted, and a
      `CycleResult` (exit code 3 when the gate refused: nothing was deployed).
@@ -49,7 +50,9 @@ STAGES = ("simulate", "collect", "distill", "train", "eval", "deploy")
 @dataclass
 class CycleConfig:
     run_dir: str = cfg("runs/cycle", help="Run directory: one per cycle (reruns of it are cached).")
-    source: str = cfg("logs", help="Where events come from: logs (the `events` paths) or simulate (the production policy on `tasks`).")
+    # simulate by default: the demo then trains on samples of the very model it updates
+    # (behaviour logprobs from the base: on-policy); a production cron sets source = "logs".
+    source: str = cfg("simulate", help="Where events come from: simulate (the production policy on `tasks`, the default) or logs (the `events` paths).")
     events: list[str] = cfg([str(resources.events())], help="Event logs for source=logs (default: the small log shipped in rlcycle/data).")
     base: str = cfg("production", help="Base policy: a registry alias or a checkpoint directory.")
     bootstrap_seed: int = cfg(0, help="With an empty registry and base=production: create the tiny default model with this seed.")
@@ -97,6 +100,13 @@ class CycleResult:
     def as_dict(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "decision": self.decision, "deployed": self.deployed,
                 "exit_code": self.exit_code, "stages": [dataclasses.asdict(s) for s in self.stages]}  # fmt: skip
+
+
+def format_summary(r: CycleResult) -> str:
+    """The lines `rlcycle cycle` prints on stdout: one per stage, then the decision."""
+    lines = [f"{s.name:<9} {s.status:<10} {s.seconds:7.1f}s  " + " ".join(f"{k}={v}" for k, v in s.outputs.items())
+             for s in r.stages]  # fmt: skip
+    return "\n".join([*lines, f"decision: {r.decision}  deployed: {r.deployed}"])
 
 
 # --- hashing --------------------------------------------------------------------------------

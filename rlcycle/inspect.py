@@ -5,6 +5,7 @@ In: an Arrow file, Arrow stream (`-`) or Parquet file. Out: a summary dict and h
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,26 @@ class Inspection:
             "columns": self.columns,
             "problems": self.problems,
         }
+
+
+def format_summary(result: Inspection) -> str:
+    """What `rlcycle inspect` prints: file, contract, rows, schema, problems, the first rows."""
+    size = f", {result.size_bytes:,} bytes" if result.size_bytes is not None else ""
+    contract = (
+        f"{result.contract} v{result.contract_version}" if result.contract else "none (no rlcycle metadata)"
+    )
+    lines = [
+        f"file: {result.path} ({result.format}{size})",
+        f"contract: {contract}",
+        f"rows: {result.rows:,}",
+        "schema:",
+        *(f"  {c['name']}: {c['type']}" for c in result.columns),
+    ]
+    if result.problems:
+        lines += ["problems:", *(f"  {p}" for p in result.problems)]
+    lines.append(f"head ({len(result.head)} rows):")
+    lines += [json.dumps(row, default=str) for row in result.head]
+    return "\n".join(lines)
 
 
 def run(path: str, head: int = 5) -> Inspection:

@@ -27,19 +27,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from rlcycle.config import cfg
+from rlcycle import io as rio
+from rlcycle import resources
+from rlcycle.config import cfg, check_range
+from rlcycle.digest import checkpoint_id_of, file_sha256
 from rlcycle.errors import InputError
 
-DEFAULT_TOKENIZER = Path(__file__).resolve().parent.parent / "sample_data" / "tokenizer"
+DEFAULT_TOKENIZER = resources.tokenizer()
 
 # Qwen2 shapes. tiny ≈ 3.8M parameters with the 4,096-token vocabulary (tied embeddings).
 SIZES: dict[str, dict[str, int]] = {
@@ -59,21 +61,26 @@ class InitModelConfig:
     tokenizer: str = cfg(str(DEFAULT_TOKENIZER), help="Tokenizer directory (HF format).")
     max_position_embeddings: int = cfg(4096, help="Context length of the model.")
     warm_start: str | None = cfg(None, help="Task suite directory to warm-start on (None: random weights only).")
-    warm_start_steps: int = cfg(200, help="Supervised steps (one transcript each) of the warm start.")
-    warm_start_lr: float = cfg(2e-3, help="AdamW learning rate of the warm start.")
+    warm_start_steps: int = cfg(200, help="Supervised steps of the warm start.")
+    warm_start_lr: float = cfg(2e-3, help="AdamW (peak) learning rate of the warm start.")
+    warm_start_batch: int = cfg(1, help="Reference transcripts per warm-start step (they share "
+                                        "the system prompt, run once per step).")
+    warm_start_schedule: str = cfg("constant", help="Learning-rate schedule of the warm start: "
+                                                    "constant, or cosine (10% warm-up, decay to lr/10).")
 
     def validate(self) -> list[str]:
         problems = []
         if self.size not in SIZES:
             problems.append(f"size={self.size!r}: use one of {', '.join(SIZES)}")
-        if self.seed < 0:
-            problems.append(f"seed={self.seed}: must be >= 0")
-        if self.max_position_embeddings < 16:
-            problems.append(f"max_position_embeddings={self.max_position_embeddings}: too small")
+        check_range(problems, self, "seed", ge=0)
+        check_range(problems, self, "max_position_embeddings", ge=16)
         if self.warm_start is not None and not Path(self.warm_start).is_dir():
             problems.append(f"warm_start={self.warm_start!r}: not a directory")
-        if self.warm_start_steps < 1 or not self.warm_start_lr > 0:
-            problems.append("warm_start_steps and warm_start_lr must be > 0")
+        check_range(problems, self, "warm_start_steps", ge=1)
+        check_range(problems, self, "warm_start_lr", gt=0)
+        check_range(problems, self, "warm_start_batch", ge=1)
+        if self.warm_start_schedule not in ("constant", "cosine"):
+            problems.append(f"warm_start_schedule={self.warm_start_schedule!r}: use constant or cosine")
         return problems
 
 
@@ -92,6 +99,18 @@ class InitResult:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def format_summary(r: InitResult) -> str:
+    """The lines `rlcycle init-model` prints on stderr after it wrote the model."""
+    lines = [f"init-model: {r.size} model, {r.n_params:,} parameters, seed {r.seed}, "
+             f"vocab {r.vocab_size:,} -> {r.path} ({r.checkpoint_id[:19]}…, {r.seconds:.1f}s)"]  # fmt: skip
+    if r.warm_start:
+        w = r.warm_start
+        lines.append(f"  warm start: {w['tasks']} task(s), {w['steps']} steps, loss {w['first_loss']:.3f} "
+                     f"-> {w['last_loss']:.3f}, first turn a valid tool call on "
+                     f"{w['valid_first_calls']}/{w['tasks']} task(s)")  # fmt: skip
+    return "\n".join(lines)
 
 
 def build_model(config: InitModelConfig, tokenizer: Any) -> Any:
@@ -148,16 +167,15 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
         from rlcycle.tasks import load_suite
 
         warm = warm_start(model, tok, load_suite(config.warm_start), config.warm_start_steps,
-                          config.warm_start_lr, config.seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+                          config.warm_start_lr, config.seed, config.warm_start_batch,
+                          config.warm_start_schedule)
+    with rio.atomic_dir(out) as tmp:  # a temp directory beside out, renamed onto it at the end
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        digest = _sha256(tmp / "model.safetensors")
+        cid = checkpoint_id_of(file_sha256(tmp / "model.safetensors"))
         lineage = {
             # The same keys train writes (rlcycle/train/checkpoint.py): id, parent, lineage, data.
-            "id": f"sha256:{digest}", "parent": None, "lineage": [f"sha256:{digest}"],
+            "id": cid, "parent": None, "lineage": [cid],
             "data": [{"name": "warm_start_demos", "sha256": warm["demos_sha256"]}] if warm else [],
             "config": {"init_model": asdict(config)}, "metrics": {"warm_start": warm} if warm else {},
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -165,22 +183,28 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
         }
         (tmp / "rlcycle.json").write_text(json.dumps(lineage, indent=2) + "\n")
         _public_modes(tmp)
-        _swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     n_params = sum(p.numel() for p in model.parameters())
-    return InitResult(str(out), f"sha256:{digest}", n_params, config.size, config.seed,
+    return InitResult(str(out), cid, n_params, config.size, config.seed,
                       len(tok), time.perf_counter() - start, warm)
 
 
 def warm_start(model: Any, tokenizer: Any, tasks: list[Any], steps: int, lr: float,
-               seed: int) -> dict[str, Any]:
+               seed: int, batch: int = 1, schedule: str = "constant") -> dict[str, Any]:
     """Supervised pass on the tasks' reference transcripts (assistant tokens only); in place.
 
-    Returns {tasks, steps, tokens_trained, first_loss, last_loss, valid_first_calls,
-    demos_sha256}: `valid_first_calls` counts tasks whose first greedy turn (64 tokens) parses
-    as a valid tool call after training.
+    Each step trains on `batch` transcripts (a seeded permutation, renewed every pass over the
+    demos). Every transcript opens with the same system prompt and tool list (~1,500 tokens,
+    no loss on it), so that shared prefix is run once per step without gradients and its
+    key/value cache is handed to the batch: the suffixes (task, tool results, reference calls)
+    are all that is trained through, which makes a step several times cheaper than running
+    every transcript whole. The prefix's own weights still learn through the suffix's
+    attention to it only via the next step's recomputed cache; the loss is the same.
+    `schedule`: "constant", or "cosine" (linear warm-up over the first 10% of steps, then a
+    cosine decay to a tenth of `lr`).
+
+    Returns {tasks, steps, batch, schedule, tokens_trained, first_loss, last_loss,
+    valid_first_calls, demos_sha256}: `valid_first_calls` counts tasks whose first greedy turn
+    (64 tokens) parses as a valid tool call after training.
     """
     import torch
 
@@ -195,30 +219,92 @@ def warm_start(model: Any, tokenizer: Any, tasks: list[Any], steps: int, lr: flo
              (reference_transcript(t, renderer) for t in tasks)]
     demos = [d for d in demos if sum(d[1])]
     digest = hashlib.sha256(json.dumps(demos).encode()).hexdigest()
+    prefix = _shared_prefix(demos)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     losses, trained = [], 0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         order: list[int] = []
         model.train()
-        for _ in range(steps):
-            if not order:  # a fresh seeded permutation every pass over the demos
-                order = torch.randperm(len(demos)).tolist()
-            ids, mask = demos[order.pop()]
-            x = torch.tensor([ids])
-            labels = torch.where(torch.tensor([mask]) == 1, x, torch.full_like(x, -100))
-            loss = model(input_ids=x, labels=labels).loss
+        for step in range(steps):
+            picked = []
+            for _ in range(min(batch, len(demos))):
+                if not order:  # a fresh seeded permutation every pass over the demos
+                    order = torch.randperm(len(demos)).tolist()
+                picked.append(demos[order.pop()])
+            for group in opt.param_groups:
+                group["lr"] = lr * _lr_factor(step, steps, schedule)
+            loss = _prefix_cached_loss(model, prefix, picked, pad)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(float(loss.detach()))
-            trained += sum(mask)
+            trained += sum(sum(m) for _, m in picked)
         model.eval()
-    return {"tasks": len(demos), "steps": steps, "tokens_trained": trained,
-            "first_loss": losses[0], "last_loss": losses[-1],
+    return {"tasks": len(demos), "steps": steps, "batch": batch, "schedule": schedule,
+            "tokens_trained": trained, "first_loss": losses[0], "last_loss": losses[-1],
             "valid_first_calls": _valid_first_calls(model, tokenizer, renderer, tasks),
             "demos_sha256": digest}
+
+
+def _shared_prefix(demos: list[tuple[list[int], list[int]]]) -> int:
+    """Length of the longest id prefix every demo shares, before any trained (mask 1) token
+    and leaving each demo at least two tokens of its own (so each has a suffix to train)."""
+    n = min(len(ids) for ids, _ in demos) - 2
+    first = demos[0][0]
+    for ids, mask in demos:
+        n = min(n, mask.index(1) if 1 in mask else len(mask))
+        i = 0
+        while i < n and ids[i] == first[i]:
+            i += 1
+        n = i
+    return max(n, 0)
+
+
+def _prefix_cached_loss(model: Any, prefix: int, picked: list[tuple[list[int], list[int]]],
+                        pad: int) -> Any:
+    """Mean next-token loss on the masked tokens of `picked`, the shared prefix run once."""
+    import torch
+
+    cache = None
+    if prefix > 0:
+        with torch.no_grad():
+            cache = model(input_ids=torch.tensor([picked[0][0][:prefix]]), use_cache=True).past_key_values
+        cache.batch_repeat_interleave(len(picked))
+    width = max(len(ids) for ids, _ in picked) - prefix
+    x = torch.full((len(picked), width), pad, dtype=torch.long)
+    labels = torch.full((len(picked), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(picked), prefix + width), dtype=torch.long)
+    attention[:, :prefix] = 1
+    for row, (ids, mask) in enumerate(picked):
+        tail, tail_mask = torch.tensor(ids[prefix:]), torch.tensor(mask[prefix:])
+        x[row, : len(tail)] = tail  # right padding: the real tokens keep their positions
+        labels[row, : len(tail)] = torch.where(tail_mask == 1, tail, torch.full_like(tail, -100))
+        attention[row, prefix: prefix + len(tail)] = 1
+    # HF shifts labels by one inside: the logit at suffix position t predicts token t + 1. The
+    # suffix's first token (the user turn, mask 0) would be predicted from the prefix: no loss.
+    kw = {} if cache is None else {_cache_kwarg(model): cache}
+    return model(input_ids=x, attention_mask=attention, labels=labels, **kw).loss
+
+
+def _cache_kwarg(model: Any) -> str:
+    """`cache` in newer transformers, `past_key_values` before (as rlcycle.policy.hf picks)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _lr_factor(step: int, steps: int, schedule: str) -> float:
+    """The learning rate of `step` as a fraction of the peak (see `warm_start`)."""
+    if schedule == "constant":
+        return 1.0
+    warmup = max(1, steps // 10)
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def _valid_first_calls(model: Any, tokenizer: Any, renderer: Any, tasks: list[Any]) -> int:
@@ -248,17 +334,6 @@ def _load_tokenizer(path: str) -> Any:
                          hint="pass --tokenizer DIR (a directory with tokenizer.json)") from None
 
 
-def _swap_into_place(tmp: Path, out: Path) -> None:
-    """Rename tmp to out; an existing out (only with --force) is moved aside, then removed."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
-    tmp.rename(out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
-
-
 def _public_modes(root: Path) -> None:
     """mkdtemp makes a 0700 directory; give it (and its files) the modes the umask allows."""
     umask = os.umask(0)
@@ -266,11 +341,3 @@ def _public_modes(root: Path) -> None:
     root.chmod(0o777 & ~umask)
     for f in root.iterdir():
         f.chmod(0o666 & ~umask)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

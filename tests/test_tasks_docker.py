@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from rlcycle.tasks import (
     GradeStatus,
@@ -169,13 +168,11 @@ def test_all_164_humaneval_canonical_solutions_pass(pool, tmp_path):
     assert len(results) == 164 and not bad, bad
 
 
-def test_cli_check_grade(docker_client):
-    from rlcycle.cli.tasks_cmd import app
-
-    args = ["check", str(SUITE), "--grade", "-j", "1", "--json",
+def test_cli_check_grade(cli, docker_client):
+    args = ["tasks", "check", str(SUITE), "--grade", "-j", "1", "--json",
             "--task", "calc-power", "--task", "dateparse-european"]  # fmt: skip
-    r = CliRunner().invoke(app, args)
-    assert r.exit_code == 0, (r.output, r.exception)
+    r = cli(args)
+    assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["ok"] and data["tasks"] == 2 and data["broken"] == 0
     assert {c["task_id"] for c in data["checks"]} == {"calc-power", "dateparse-european"}

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from rlcycle.model_init import InitModelConfig, _lr_factor, _prefix_cached_loss, _shared_prefix, build_model
+from rlcycle.model_init import (
+    InitModelConfig,
+    _lr_factor,
+    _prefix_cached_loss,
+    _shared_prefix,
+    build_model,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SUITE = REPO / "sample_data" / "edit_tasks" / "train"
@@ -32,14 +38,14 @@ def test_the_shared_prefix_loss_is_the_plain_loss(demos_and_model):
     demos, model = demos_and_model
     prefix = _shared_prefix(demos)
     assert 500 < prefix < min(d[1].index(1) for d in demos)  # the system prompt and tool list, no trained token
-    cached = float(_prefix_cached_loss(model, prefix, demos, 0))
-    plain = float(_prefix_cached_loss(model, 0, demos, 0))  # no prefix: every transcript whole
+    cached = float(_prefix_cached_loss(model, prefix, demos, 0).detach())
+    plain = float(_prefix_cached_loss(model, 0, demos, 0).detach())  # no prefix: every transcript whole
     assert math.isclose(cached, plain, rel_tol=1e-4) and 7 < plain < 10  # ~ln(4096) untrained
 
 
 def test_the_cosine_schedule_warms_up_then_decays_to_a_tenth():
     f = [_lr_factor(s, 100, "cosine") for s in range(100)]
-    assert f[0] == 0.1 and f[9] == 1.0 and all(a >= b for a, b in zip(f[9:], f[10:]))
+    assert f[0] == 0.1 and f[9] == 1.0 and all(a >= b for a, b in zip(f[9:], f[10:], strict=False))
     assert math.isclose(f[-1], 0.1, abs_tol=0.01) and _lr_factor(50, 100, "constant") == 1.0
 
 

@@ -14,7 +14,7 @@ What comes out: event dicts (one JSON object per line of an events log), in caus
 
 Every event also has `event_id`, `type`, `ts` (RFC 3339, UTC, milliseconds) and `session_id`.
 
-Ids are derived, never random, so the same run writes the same ids (DESIGN.md: duplicates are
+Ids are derived, never random, so the same run writes the same ids (docs/design.md: duplicates are
 dropped by `event_id`, so a rerun cannot double-count):
 
     session_id  {run_id}-{task_id}-a{attempt}

@@ -12,7 +12,7 @@ schema `collect` reads), so `simulate` and `eval` run exactly the production har
 
 One *session* is one task attempt: the task's instruction starts it and every model call runs
 on one sandbox. A session holds one production *episode* per user request: a clarifying
-question (`ask_user`) ends an episode, the user's answer starts the next one (DESIGN.md:
+question (`ask_user`) ends an episode, the user's answer starts the next one (docs/design.md:
 an episode is one request and every model call until control goes back to the user).
 
 A turn, per session:
@@ -57,11 +57,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcycle.agent.events import SessionLog, SimClock, parse_time_ms
-from rlcycle.agent.tools_exec import EDIT_TOOLS, SandboxBroken, ToolOutcome, execute, not_run
+from rlcycle.agent.tools_exec import SandboxBroken, ToolOutcome, execute, not_run
 from rlcycle.agent.user import SessionOutcome, SimulatedUser, UserConfig
-from rlcycle.config import cfg
+from rlcycle.config import cfg, check_range
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.harness import (
+    EDIT_TOOLS,
     ChatRenderer,
     ParsedCompletion,
     ToolCall,
@@ -103,20 +104,11 @@ class RunnerConfig:
     def validate(self) -> list[str]:
         """Every problem at once."""
         problems = []
-        for name in ("max_turns", "max_new_tokens", "max_total_tokens", "concurrency"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}={getattr(self, name)}: must be >= 1")
-        for name in ("retries", "max_clarifications", "max_prompt_tokens"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name}={getattr(self, name)}: must be >= 0")
-        if not self.temperature >= 0:
-            problems.append(f"temperature={self.temperature}: must be >= 0")
-        if not 0 < self.top_p <= 1:
-            problems.append(f"top_p={self.top_p}: must be in (0, 1]")
-        if not self.tool_timeout_s > 0:
-            problems.append(f"tool_timeout_s={self.tool_timeout_s}: must be > 0")
-        if self.session_gap_s < 0:
-            problems.append(f"session_gap_s={self.session_gap_s}: must be >= 0")
+        check_range(problems, self, ("max_turns", "max_new_tokens", "max_total_tokens", "concurrency"), ge=1)
+        check_range(problems, self, ("retries", "max_clarifications", "max_prompt_tokens"), ge=0)
+        check_range(problems, self, ("temperature", "session_gap_s"), ge=0)
+        check_range(problems, self, "top_p", gt=0, le=1)
+        check_range(problems, self, "tool_timeout_s", gt=0)
         try:
             parse_time_ms(self.start)
         except ValueError:

@@ -39,13 +39,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlcycle import resources
 from rlcycle.errors import InputError
 from rlcycle.harness.render import ZWSP
 from rlcycle.policy.base import FINISH_STOP, Generation, SamplingParams
 from rlcycle.tasks.reference import ScriptedCall, reference_calls
 from rlcycle.tasks.suite import Task
 
-DEFAULT_TOKENIZER = Path(__file__).resolve().parent.parent.parent / "sample_data" / "tokenizer"
+DEFAULT_TOKENIZER = resources.tokenizer()
 ASSISTANT_START = "<|im_start|>assistant"
 USER_START = "<|im_start|>user\n"
 END = "<|im_end|>"
@@ -129,7 +130,7 @@ class ReferencePolicy:
         self._s = _Script(tokenizer)
         self.tokenizer = self._s.tokenizer
         self.name = name
-        # always_ask: the clarification reward hack (DESIGN.md) as a policy — it solves what the
+        # always_ask: the clarification reward hack (docs/design.md) as a policy — it solves what the
         # reference solves but first asks a question, even when the task is clear.
         self.always_ask = always_ask
         self._calls: dict[str, list[ScriptedCall]] = {}

@@ -8,13 +8,14 @@ logged, the duration, and, for an edit that applied, how many lines it proposed.
     outcome = execute(call, sandbox, task, timeout_s=30)
     outcome.status, outcome.output, outcome.error, outcome.lines_proposed
 
-Statuses (the `tool_result.status` of DESIGN.md) say whether the *tool* did its job, not whether
+Statuses (the `tool_result.status` of docs/design.md) say whether the *tool* did its job, not whether
 the command it ran succeeded:
 
     status    when
     ok        the tool ran; a shell command or test run that exits non-zero is still ok (its
               exit code is in the output: a failing test run is information, not a tool error)
-    error     the tool could not do it: missing file, patch does not apply, bad regex, path
+    error     the tool could not do it: missing file, patch does not apply, replace_in_file's
+              old text missing or not unique (nothing changed then), bad regex, path
               outside the workspace, out of memory, a call after a terminal call (not run)
     invalid   the call did not parse (never executed; the parser's reason goes back to the model)
     timeout   the command was killed at its timeout
@@ -38,10 +39,10 @@ from dataclasses import dataclass
 
 from rlcycle.errors import InputError
 from rlcycle.harness.parse import ToolCall
+from rlcycle.harness.tools import REPLACED
 from rlcycle.sandbox.sandbox import ExecResult, Sandbox, SandboxError, Status, check_relpath
 from rlcycle.tasks.suite import GRADER_DIR, Task
 
-EDIT_TOOLS = ("write_file", "apply_patch")
 MAX_LISTED_FILES = 1000  # list_files output is cut after this many paths
 MAX_SEARCH_MATCHES = 200  # search output is cut after this many lines
 READ_MAX_BYTES = 1 << 20  # read_file refuses files larger than this
@@ -150,6 +151,39 @@ def _apply_patch(sb: Sandbox, args: dict, task: Task, timeout_s: float) -> ToolO
     return _error(f"the patch does not apply to {path}", detail)
 
 
+def _replace_in_file(sb: Sandbox, args: dict, task: Task, timeout_s: float) -> ToolOutcome:
+    """Replace the one occurrence of `old`; zero or several occurrences change nothing."""
+    path, old, new = check_relpath(args["path"]), args["old"], args["new"]
+    if not old:
+        return _error("`old` is empty: give the exact text to replace")
+    if old == new:
+        return _error("`old` and `new` are the same: nothing would change")
+    data = sb.read_files([path], max_bytes=READ_MAX_BYTES)[path]
+    if data is None:
+        return _error(f"{path}: no such file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return _error(f"{path}: not UTF-8 text (use write_file or apply_patch)")
+    n = text.count(old)
+    if n == 0:
+        return _error(f"the old text does not occur in {path}", _closest_line(text, old))
+    if n > 1:
+        return _error(f"the old text occurs {n} times in {path}; include neighbouring lines "
+                      "so that it occurs exactly once")  # fmt: skip
+    result = text.replace(old, new, 1)
+    sb.write_files({path: result})
+    return ToolOutcome("ok", REPLACED.format(path=path), lines_proposed=added_lines(text, result))
+
+
+def _closest_line(text: str, old: str) -> str:
+    """The file's line most like the first line of `old`, to show the model what is there."""
+    first = old.strip("\n").split("\n", 1)[0]
+    lines = [line for line in text.splitlines() if line.strip()]
+    close = difflib.get_close_matches(first, lines, n=1, cutoff=0.5)
+    return f"The closest line is:\n{close[0]}" if close else ""
+
+
 def _list_files(sb: Sandbox, args: dict, task: Task, timeout_s: float) -> ToolOutcome:
     path = check_relpath(args["path"])
     prune = " -o ".join(f"-name {d}" for d in SKIPPED_DIRS)
@@ -196,6 +230,7 @@ _TOOLS: dict[str, Callable[[Sandbox, dict, Task, float], ToolOutcome]] = {
     "read_file": _read_file,
     "write_file": _write_file,
     "apply_patch": _apply_patch,
+    "replace_in_file": _replace_in_file,
     "list_files": _list_files,
     "search": _search,
     "run_shell": _run_shell,

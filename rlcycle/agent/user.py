@@ -9,7 +9,7 @@ production:
 
 - a clarifying question (`ask_user`) is answered with the task's `clarification_answer` when the
   task is ambiguous; when it is not, the user answers *annoyed* and repeats that the task says
-  everything (asking instead of working must not look like success: DESIGN.md, reward hack 2);
+  everything (asking instead of working must not look like success: docs/design.md, reward hack 2);
 - the follow-up after the session is *satisfied* when the hidden tests pass, *dissatisfied*
   when they fail or nothing was edited (the texts are those of the sample production log);
 - an edit *persists* when the hidden tests pass with it: its `edit_outcome` reports every
@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from rlcycle.config import cfg
+from rlcycle.config import cfg, check_range
 from rlcycle.tasks.suite import Task
 
 SATISFIED = ("thanks, works", "Thanks! That fixed it.", "great, merging this", "works now, ty")
@@ -66,9 +66,8 @@ class UserConfig:
 
     def validate(self) -> list[str]:
         problems = []
-        for name in ("followup_rate", "feedback_rate", "feedback_noise", "partial_survival_rate"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                problems.append(f"{name}={getattr(self, name)}: must be within 0…1")
+        check_range(problems, self, ("followup_rate", "feedback_rate", "feedback_noise", "partial_survival_rate"),
+                    ge=0, le=1)
         if not 0 <= self.edit_delay_min_h <= self.edit_delay_max_h:
             problems.append("edit_delay_min_h..edit_delay_max_h: need 0 <= min <= max")
         if not 0 <= self.think_min_s <= self.think_max_s:

@@ -46,9 +46,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             opt.emit_json(result.as_dict())
         else:
-            for s in result.stages:
-                typer.echo(f"{s.name:<9} {s.status:<10} {s.seconds:7.1f}s  " + " ".join(f"{k}={v}" for k, v in s.outputs.items()))
-            typer.echo(f"decision: {result.decision}  deployed: {result.deployed}")
+            typer.echo(stage.format_summary(result))
         if result.exit_code:
             raise RlcycleError(
                 "the eval gate refused the candidate; nothing was deployed" if result.exit_code == 3

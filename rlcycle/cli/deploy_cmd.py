@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         cfg = resolve(stage.DeployConfig, config, set_,
                       {"alias": alias, "force": force, "canary_fraction": canary, "hook": hook}, section="deploy")  # fmt: skip
         result = stage.run(cfg, checkpoint, verdict)
-        _report(result.as_dict(), as_json)
+        _report(result, as_json)
 
     @app.command(
         "rollback",
@@ -59,16 +59,18 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from rlcycle import deploy as stage
 
-        _report(stage.rollback(alias, note=note).as_dict(), as_json)
+        _report(stage.rollback(alias, note=note), as_json)
 
     app.add_typer(registry_app, name="registry")
 
 
-def _report(result: dict, as_json: bool) -> None:
+def _report(result, as_json: bool) -> None:
+    from rlcycle.deploy import format_summary
+
     if as_json:
-        opt.emit_json(result)
+        opt.emit_json(result.as_dict())
     else:
-        typer.echo(f"{result['action']}: {result['alias']} -> {result['checkpoint_id']} (was {result['previous_id']})")
+        typer.echo(format_summary(result))
 
 
 @registry_app.command("ls", help="List checkpoints, aliases and recent history.\n\nExample:\n\n  rlcycle registry ls --json")

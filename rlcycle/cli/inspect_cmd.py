@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from rlcycle.cli import options as opt
@@ -33,19 +31,4 @@ def register(app: typer.Typer) -> None:
             summary["head"] = result.head
             opt.emit_json(summary)
             return
-        size = f", {result.size_bytes:,} bytes" if result.size_bytes is not None else ""
-        contract = (
-            f"{result.contract} v{result.contract_version}" if result.contract else "none (no rlcycle metadata)"
-        )
-        lines = [
-            f"file: {result.path} ({result.format}{size})",
-            f"contract: {contract}",
-            f"rows: {result.rows:,}",
-            "schema:",
-            *(f"  {c['name']}: {c['type']}" for c in result.columns),
-        ]
-        if result.problems:
-            lines += ["problems:", *(f"  {p}" for p in result.problems)]
-        lines.append(f"head ({len(result.head)} rows):")
-        lines += [json.dumps(row, default=str) for row in result.head]
-        typer.echo("\n".join(lines))
+        typer.echo(stage.format_summary(result))

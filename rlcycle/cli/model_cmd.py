@@ -57,18 +57,7 @@ def _register_init_model(app: typer.Typer) -> None:
             opt.emit_json(result.as_dict())
         else:
             console.out.print(result.path, markup=False)
-        console.info(
-            f"init-model: {result.size} model, {result.n_params:,} parameters, seed {result.seed}, "
-            f"vocab {result.vocab_size:,} -> {result.path} ({result.checkpoint_id[:19]}…, "
-            f"{result.seconds:.1f}s)"
-        )
-        if result.warm_start:
-            w = result.warm_start
-            console.info(
-                f"  warm start: {w['tasks']} task(s), {w['steps']} steps, loss {w['first_loss']:.3f} "
-                f"-> {w['last_loss']:.3f}, first turn a valid tool call on "
-                f"{w['valid_first_calls']}/{w['tasks']} task(s)"
-            )
+        console.info(model_init.format_summary(result))
 
 
 def _register_serve(app: typer.Typer) -> None:

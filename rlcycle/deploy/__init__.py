@@ -8,6 +8,14 @@ serving side after an alias moves. The registry itself (content ids, aliases, hi
 rlcycle.policy.registry, beside the policy references that resolve against it. docs/deploy.md.
 """
 
-from rlcycle.deploy.stage import DeployConfig, DeployResult, load_verdict, register, rollback, run
+from rlcycle.deploy.stage import (
+    DeployConfig,
+    DeployResult,
+    format_summary,
+    load_verdict,
+    register,
+    rollback,
+    run,
+)
 
-__all__ = ["DeployConfig", "DeployResult", "load_verdict", "register", "rollback", "run"]
+__all__ = ["DeployConfig", "DeployResult", "format_summary", "load_verdict", "register", "rollback", "run"]

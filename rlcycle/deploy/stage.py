@@ -59,6 +59,11 @@ class DeployResult:
         return dict(self.__dict__)
 
 
+def format_summary(r: DeployResult) -> str:
+    """The line `rlcycle deploy`, `rollback` and `registry add` print on stdout."""
+    return f"{r.action}: {r.alias} -> {r.checkpoint_id} (was {r.previous_id})"
+
+
 def load_verdict(path: str | Path | None) -> dict[str, Any] | None:
     if path is None:
         return None

@@ -14,7 +14,8 @@ The built-in rule, on the lower-cased text (curly apostrophes straightened):
     satisfied     otherwise, a satisfied phrase ("thanks", "fixed it", ...) not negated
     neither       otherwise
 
-Phrases match whole words (`\\b` on both ends). Dissatisfaction wins over thanks: "thanks, but
+Phrases match whole words (`\\b` on both ends). Every complaint text of the simulated user
+(`rlcycle.agent.user`) scores -1 and every praise text +1 (tests/test_user_followups.py). Dissatisfaction wins over thanks: "thanks, but
 it still fails" is dissatisfied. The phrase lists below are the defaults of the
 `dissatisfied_followup` signal's `phrases`, `satisfied_phrases` and `negations` params.
 
@@ -39,6 +40,9 @@ DISSATISFIED = [
     "doesn't work", "does not work", "didn't work", "did not work", "not working",
     "didn't fix", "did not fix", "not fixed", "isn't fixed", "not what i asked", "not what i wanted",
     "revert", "undo that", "undo it", "roll back", "you broke", "made it worse",
+    # Nothing was done: the simulated user's complaints (rlcycle.agent.user), real users' too.
+    "didn't change anything", "did not change anything", "nothing changed", "no code was touched",
+    "actually make the change", "just make the change", "just do it", "don't ask me",
 ]  # fmt: skip
 SATISFIED = [
     "thanks", "thank you", "ty", "works", "fixed it", "that fixed", "is fixed", "now fixed",

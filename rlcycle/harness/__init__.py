@@ -1,7 +1,7 @@
 """The agent harness: system prompt, tools, rendering to token ids, and the tool-call parser.
 
 Production, `simulate` and `eval` all use this one harness, so training sees exactly what
-production sees (DESIGN.md "Shared pieces").
+production sees (docs/design.md "Shared pieces").
 
     from rlcycle.harness import ChatRenderer, initial_messages, parse_completion
     renderer = ChatRenderer.from_pretrained("runs/demo/policy")
@@ -17,6 +17,7 @@ from rlcycle.harness.parse import ParsedCompletion, ParseLimits, ToolCall, parse
 from rlcycle.harness.prompt import PROMPT_VERSION, SYSTEM_PROMPT, initial_messages, system_prompt
 from rlcycle.harness.render import ChatRenderer, Transcript, Turn, supports_tools
 from rlcycle.harness.tools import (
+    EDIT_TOOLS,
     TERMINAL_TOOLS,
     TOOL_NAMES,
     TOOLS,
@@ -26,7 +27,7 @@ from rlcycle.harness.tools import (
 )
 
 __all__ = [
-    "PROMPT_VERSION", "SYSTEM_PROMPT", "TERMINAL_TOOLS", "TOOLS", "TOOL_NAMES", "ChatRenderer",
+    "EDIT_TOOLS", "PROMPT_VERSION", "SYSTEM_PROMPT", "TERMINAL_TOOLS", "TOOLS", "TOOL_NAMES", "ChatRenderer",
     "ParseLimits", "ParsedCompletion", "ToolCall", "ToolSpec", "Transcript", "Turn",
     "get_tool", "initial_messages", "openai_tools", "parse_completion", "supports_tools",
     "system_prompt",

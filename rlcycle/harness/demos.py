@@ -7,8 +7,9 @@ canonically), with `mask` = 1 on those tokens only.
 
 Tool outputs are synthesised from the task files instead of running a sandbox (they are masked
 out of the loss and only give the next turn its context): `read_file` returns the file,
-`apply_patch`/`write_file` a one-line confirmation, `run_tests` a pass line. An ambiguous task's
-`ask_user` ends the first episode; the clarification answer starts the next, in the same
+`replace_in_file` what the executor answers, `apply_patch`/`write_file` a one-line confirmation,
+`run_tests` a pass line and exit code 0 (`RUN_TESTS_OK`). An ambiguous task's `ask_user` ends
+the first episode; the clarification answer starts the next, in the same
 transcript, as production continues a session.
 """
 
@@ -19,7 +20,12 @@ from typing import Any
 
 from rlcycle.harness.prompt import initial_messages
 from rlcycle.harness.render import ChatRenderer, Transcript
-from rlcycle.harness.tools import TERMINAL_TOOLS
+from rlcycle.harness.tools import REPLACED, TERMINAL_TOOLS
+
+# What a passing `run_tests` shows in a demo: a line, then the exit code, as the executor
+# formats every command. A suite whose run_tests_command prints "ok: all tests passed" (the
+# edit suite's does) gives the policy exactly this text in production too.
+RUN_TESTS_OK = "ok: all tests passed\n[exit code: 0]"
 
 
 def call_text(name: str, arguments: dict[str, Any]) -> str:
@@ -32,10 +38,12 @@ def synthetic_output(task: Any, name: str, arguments: dict[str, Any]) -> str:
     path = arguments.get("path", "")
     if name == "read_file":
         return task.repo.get(path, f"error: {path}: no such file")
+    if name == "replace_in_file":
+        return REPLACED.format(path=path)
     if name in ("apply_patch", "write_file"):
         return f"ok: {path} updated"
     if name == "run_tests":
-        return "ok: all tests passed"
+        return RUN_TESTS_OK
     if name == "list_files":
         return "\n".join(sorted(task.repo))
     return "ok"

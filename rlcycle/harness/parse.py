@@ -32,7 +32,7 @@ monotone `str.find` pointers (linear in the text), nesting depth is checked by a
 are refused by `json`, at most `max_calls + LISTED_EXTRA` calls are listed (the rest are
 counted in `n_unlisted`, all invalid), and each raw body kept for logging is capped.
 
-Invalid calls are data, not noise: distill turns them into negative examples (DESIGN.md,
+Invalid calls are data, not noise: distill turns them into negative examples (docs/design.md,
 reward hack 1), so a completion is never "repaired" here.
 """
 

@@ -1,13 +1,15 @@
 """The agent's system prompt and rlcycle's built-in ChatML chat template.
 
 Production, `simulate` and `eval` build the first messages of every episode with
-`initial_messages(task)`, so the policy sees the same words everywhere (DESIGN.md: simulate must
+`initial_messages(task)`, so the policy sees the same words everywhere (docs/design.md: simulate must
 never differ from production in tools or prompts). Changing `SYSTEM_PROMPT` changes what the
 policy was trained on: bump `PROMPT_VERSION` when you do, and log it as part of the policy version.
 
 The tool *list* is not in the system prompt: the chat template renders it (from
 `harness.tools.openai_tools()`), either the model's own template when it supports tools or
-`BUILTIN_CHAT_TEMPLATE` below. The built-in template is ChatML:
+`BUILTIN_CHAT_TEMPLATE` below. The built-in template is ChatML with one compact line per tool
+(name, description, argument names and types: ~520 tokens for the ten tools instead of ~1,460
+for their full JSON schemas, so a small model's prompt stays short and every turn is cheaper):
 
     <|im_start|>system
     {system prompt}
@@ -15,7 +17,8 @@ The tool *list* is not in the system prompt: the chat template renders it (from
     # Tools
 
     <tools>
-    {one tool definition as JSON per line}
+    {"name": "read_file", "description": "Read a text file ...", "arguments": {"path": "string"}}
+    ... one tool per line: name, description, argument names and JSON types
     </tools><|im_end|>
     <|im_start|>user
     {task}<|im_end|>
@@ -35,7 +38,7 @@ per call, in the order of the calls. The generation prompt is `<|im_start|>assis
 
 from __future__ import annotations
 
-PROMPT_VERSION = "rlcycle-agent-v1"
+PROMPT_VERSION = "rlcycle-agent-v2"
 
 SYSTEM_PROMPT = """\
 You are a coding agent working in a software repository. The user gives you a task; you \
@@ -47,8 +50,8 @@ with valid JSON and only the arguments the tool defines. Write nothing after you
 You receive each result in a <tool_response> block in the next message.
 
 Rules:
-- Look before you edit: read the relevant files, then change them with `apply_patch` or \
-`write_file`.
+- Look before you edit: read the relevant files, then change them with `replace_in_file` \
+(a few lines), `apply_patch` or `write_file`.
 - Check your work with `run_tests` (or `run_shell`) before you call `finish`.
 - Ask the user (`ask_user`) only when the task is ambiguous in a way the repository cannot \
 answer; asking ends your turn.
@@ -65,7 +68,15 @@ BUILTIN_CHAT_TEMPLATE = (
     "{%- if tools -%}"
     "{%- if system -%}{{- '\\n\\n' -}}{%- endif -%}"
     "{{- '# Tools\\n\\n<tools>' -}}"
-    "{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}"
+    "{%- for tool in tools -%}"
+    "{%- set f = tool['function'] if 'function' in tool else tool -%}"
+    "{{- '\\n{\"name\": ' + (f['name'] | tojson) + ', \"description\": ' + (f['description'] | tojson)"
+    " + ', \"arguments\": {' -}}"
+    "{%- for key, spec in (f['parameters']['properties'] | default({})).items() -%}"
+    "{{- (', ' if not loop.first else '') + (key | tojson) + ': ' + (spec['type'] | tojson) -}}"
+    "{%- endfor -%}"
+    "{{- '}}' -}}"
+    "{%- endfor -%}"
     "{{- '\\n</tools>' -}}"
     "{%- endif -%}"
     "{{- '<|im_end|>\\n' -}}"

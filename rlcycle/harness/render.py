@@ -4,7 +4,7 @@ What goes in: a tokenizer (HF) and chat messages `{"role": system|user|assistant
 "content": str}`. What comes out: token ids, and for an episode a `Transcript` that holds the
 ids with a parallel loss mask and behaviour logprobs.
 
-The one rule (DESIGN.md: train must never re-tokenise what was sampled): the prompt of turn k+1
+The one rule (docs/design.md: train must never re-tokenise what was sampled): the prompt of turn k+1
 is *exactly*
 
     prompt_k + completion_k + ids(closing of the assistant message + tool results + generation prompt)

@@ -1,10 +1,13 @@
 """The agent's tools: names, descriptions and JSON-schema arguments.
 
 These names are public interface: production logs, `simulate`, `eval` and the sandbox executor
-all use them (DESIGN.md "Shared pieces"). Extend the list, never rename a tool.
+all use them (docs/design.md "Shared pieces"). Extend the list, never rename a tool.
 
 Arguments are described in the subset of JSON Schema that the strict parser (`harness.parse`)
 checks: an object with typed `properties`, a `required` list and `additionalProperties: false`.
+`replace_in_file` is the short edit production agents use most (Claude Code's `Edit`, the
+`str_replace` of the text-editor tools): the exact `old` text must occur once in the file, so a
+one-line change is one short call instead of a diff or the whole file.
 `ask_user` and `finish` are *terminal*: calling either ends the episode and hands control back
 to the user (the first asks a clarifying question, the second reports the work done).
 
@@ -83,6 +86,16 @@ TOOLS: tuple[ToolSpec, ...] = (
         ("path", "patch"),
     ),
     ToolSpec(
+        "replace_in_file",
+        "Replace an exact piece of text in a file. `old` must occur exactly once in the file.",
+        {
+            "path": _s("File path, relative to the repository root."),
+            "old": _s("The exact text to replace, as it appears in the file (spaces included)."),
+            "new": _s("The text to put in its place."),
+        },
+        ("path", "old", "new"),
+    ),
+    ToolSpec(
         "list_files",
         "List the files under a directory, recursively.",
         {"path": _s("Directory, relative to the repository root ('.' for the root).")},
@@ -124,6 +137,10 @@ TOOLS: tuple[ToolSpec, ...] = (
 )
 
 TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in TOOLS)
+# Tools that change files: their ok calls are edits (lines proposed, later an edit outcome).
+EDIT_TOOLS: tuple[str, ...] = ("write_file", "apply_patch", "replace_in_file")
+# What replace_in_file answers when it applied (the executor and the warm-start demos say the same).
+REPLACED = "Replaced the text in {path}."
 TERMINAL_TOOLS: frozenset[str] = frozenset(t.name for t in TOOLS if t.terminal)
 _BY_NAME = {t.name: t for t in TOOLS}
 

@@ -4,8 +4,9 @@ What goes in: loaded `Task`s and a `SandboxPool`. What comes out: one `TaskCheck
 in the order given. For each task, in one sandbox:
 
 1. reference run: repo/ in, the reference script's edits replayed (`write_file` as written,
-   `apply_patch` through GNU patch, as the calls say), the visible tests run (a failure there
-   is a warning: the agent's `run_tests` would report it), then `grade` -> must be `pass`;
+   `replace_in_file` on the file's one occurrence, `apply_patch` through GNU patch, as the
+   calls say), the visible tests run (a failure there is a warning: the agent's `run_tests`
+   would report it), then `grade` -> must be `pass`;
 2. reset, do-nothing run: repo/ in, `grade` -> must be `fail` (an `error` is reported too).
 
     from rlcycle.sandbox import SandboxPool
@@ -124,6 +125,12 @@ def replay_edits(task: Task, sandbox: Sandbox) -> str | None:
         args = call.arguments
         if call.name == "write_file":
             sandbox.write_files({args["path"]: args["content"]})
+        elif call.name == "replace_in_file":
+            current = sandbox.read_files([args["path"]])[args["path"]]
+            before = current.decode() if current is not None else ""
+            if before.count(args["old"]) != 1:
+                return f"replace_in_file {args['path']}: the old text occurs {before.count(args['old'])} times"
+            sandbox.write_files({args["path"]: before.replace(args["old"], args["new"], 1)})
         elif call.name == "apply_patch":
             sandbox.write_files({PATCH_FILE: args["patch"]})
             r = sandbox.exec(["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch",

@@ -15,7 +15,7 @@ status `pass`, `fail` or `error`, the passed/failed/error test counts and why.
         result.status, result.passed, result.failed, result.reason
 
 `error` is an infrastructure failure, never the model's fault, so eval can leave it out of the
-score instead of counting it as a failure (DESIGN.md, eval "must never"):
+score instead of counting it as a failure (docs/design.md, eval "must never"):
 
     what happened                                        status  reason
     sandbox broke (executor dead, write refused)         error   sandbox: ...
@@ -28,7 +28,7 @@ score instead of counting it as a failure (DESIGN.md, eval "must never"):
 
 Why a hang in the code under test is `fail`: a policy that writes an endless loop on tasks it
 expects to fail would otherwise turn its failures into unscored errors (the reward hack of
-discarded invalid calls, DESIGN.md). Pytest runs get an in-process deadline plugin at timeout_s
+discarded invalid calls, docs/design.md). Pytest runs get an in-process deadline plugin at timeout_s
 (PYTEST_PLUGINS); it exits with DEADLINE_EXIT before the harness timeout kills the command. A
 command that is not Python (or blocks signals) hits only the harness timeout: `error`.
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlcycle import io as rio
 from rlcycle.errors import InputError
 from rlcycle.tasks.suite import Task, write_task
 
@@ -159,7 +159,5 @@ def import_humaneval(
         for task in tasks:
             built = write_task(task, tmp)
             final = root / task.id
-            if final.exists():
-                shutil.rmtree(final)
-            built.rename(final)
+            rio.replace_dir(built, final)  # a task already there is swapped out whole
     return ImportResult(str(root), len(tasks), str(src))

@@ -13,8 +13,10 @@ The script, for every task:
 1. `read_file` each file the solution changes that exists in repo/ (look before you edit);
 2. an ambiguous task: `ask_user` with `clarification_question` — the episode ends; the next
    one starts with the user's `clarification_answer`;
-3. one edit per solution file: `apply_patch` with a unified diff when that is shorter than the
-   file, else `write_file` with the whole content (always for new files);
+3. one edit per solution file: `replace_in_file` (old -> new, the shortest unique text
+   around the change) when the file changes in one place, else `apply_patch` with a unified diff when
+   that is shorter than the file, else `write_file` with the whole content (always for new
+   files);
 4. `run_tests`, then `finish` with a one-line summary.
 
 A scripted "reference policy" replays these calls (its tool results do not change the script),
@@ -90,12 +92,85 @@ def reference_calls(task: Task) -> list[ScriptedCall]:
 def edit_call(path: str, old: str | None, new: str) -> ScriptedCall:
     """The edit that turns `old` (None: the file does not exist) into `new`.
 
-    `apply_patch` when the diff is shorter than the new content, else `write_file`."""
+    `replace_in_file` for a change in one place (see `replacement`) when that is no longer
+    than the diff, else `apply_patch` when the diff is shorter than the new content, else
+    `write_file`."""
     if old is not None and old != new:
+        pair = replacement(old, new)
         patch = unified_diff(path, old, new)
+        if pair is not None and (patch is None or len(pair[0]) + len(pair[1]) <= len(patch)):
+            return ScriptedCall("replace_in_file", {"path": path, "old": pair[0], "new": pair[1]})
         if patch is not None and len(patch) < len(new):
             return ScriptedCall("apply_patch", {"path": path, "patch": patch})
     return ScriptedCall("write_file", {"path": path, "content": new})
+
+
+def replacement(old: str, new: str, max_chars: int = 400) -> tuple[str, str] | None:
+    """(old text, new text) such that replacing the one occurrence of the first in `old` by the
+    second gives `new`, as short as that can be; None when the changed stretch (everything
+    between the first and the last difference) is over `max_chars`.
+
+    The changed stretch is what lies between the longest common prefix and suffix of the two
+    texts, widened to whole words (identifiers, numbers, runs of punctuation), then by one more
+    word at a time (leftwards first, a word's leading spaces with it) until the old text occurs
+    exactly once: `>` -> `>=`, `Helo` -> `Hello`, `port=8` -> `port=2`, `, n` -> `, n + 1`."""
+    if old == new:
+        return None
+    p = 0
+    while p < min(len(old), len(new)) and old[p] == new[p]:
+        p += 1
+    q = 0  # common suffix length, not overlapping the prefix in either text
+    while q < min(len(old), len(new)) - p and old[-1 - q] == new[-1 - q]:
+        q += 1
+    a0, a1 = _word_start(old, p), _word_end(old, len(old) - q)
+    while a1 - a0 <= max_chars:
+        b0, b1 = a0, len(new) - (len(old) - a1)
+        piece = old[a0:a1]
+        if piece.strip() and old.count(piece) == 1:
+            return piece, new[b0:b1]
+        if a0 > 0:
+            a0 = _word_start(old, _skip_spaces_left(old, a0) - 1)
+        elif a1 < len(old):
+            a1 = _word_end(old, _skip_spaces_right(old, a1) + 1)
+        else:
+            return None
+    return None
+
+
+def _kind(ch: str) -> int:
+    return 0 if ch.isspace() else 1 if (ch.isalnum() or ch == "_") else 2
+
+
+def _word_start(text: str, i: int) -> int:
+    """`i` moved left to the start of the word it is inside (a word: same-kind characters)."""
+    i = max(0, min(i, len(text)))
+    if 0 < i < len(text) and _kind(text[i - 1]) == _kind(text[i]) != 0:
+        k = _kind(text[i])
+        while i > 0 and _kind(text[i - 1]) == k:
+            i -= 1
+    return i
+
+
+def _word_end(text: str, i: int) -> int:
+    """`i` moved right to the end of the word it is inside."""
+    i = max(0, min(i, len(text)))
+    if 0 < i < len(text) and _kind(text[i - 1]) == _kind(text[i]) != 0:
+        k = _kind(text[i - 1])
+        while i < len(text) and _kind(text[i]) == k:
+            i += 1
+    return i
+
+
+def _skip_spaces_left(text: str, i: int) -> int:
+    while i > 0 and text[i - 1] in " \t":
+        i -= 1
+    return i
+
+
+def _skip_spaces_right(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    return i
 
 
 def unified_diff(path: str, old: str, new: str) -> str | None:

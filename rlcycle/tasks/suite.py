@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from rlcycle.config import loads_toml
 from rlcycle.errors import InputError
 
 TASK_FILE = "task.toml"
@@ -176,8 +175,10 @@ def load_task(d: Path) -> tuple[Task | None, list[str]]:
     """One task directory -> (Task or None, its problems). Checks everything it can at once."""
     problems: list[str] = []
     try:
-        data = tomllib.loads((d / TASK_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        data = loads_toml((d / TASK_FILE).read_text(encoding="utf-8"), TASK_FILE)
+    except InputError as e:  # TASK_FILE:LINE:COL: not valid TOML (...)
+        return None, [e.message]
+    except (OSError, UnicodeDecodeError) as e:
         return None, [f"{TASK_FILE}: {e}"]
     problems += _check_keys(data)
     files: dict[str, dict[str, str]] = {}
@@ -300,7 +301,7 @@ def task_toml(task: Task) -> str:
             continue
         lines.append(f"{key} = {_toml_value(value)}")
     text = "\n".join(lines) + "\n"
-    tomllib.loads(text)  # what we write must read back
+    loads_toml(text, f"{TASK_FILE} of {task.id}")  # what we write must read back
     return text
 
 

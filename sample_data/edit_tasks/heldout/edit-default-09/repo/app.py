@@ -1,0 +1,6 @@
+def describe(value):
+    return f"<{value}>"
+
+
+def minutes(seconds, unit=6):
+    return seconds // unit

@@ -1,0 +1,7 @@
+def evens(n):
+    """Return the even numbers 2, 4, ..., 2n."""
+    return [2 * i for i in range(1, n)]
+
+
+def halve(n):
+    return n // 2

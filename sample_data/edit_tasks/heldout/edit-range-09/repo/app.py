@@ -1,0 +1,7 @@
+def numbers(n):
+    """Return the list [1, 2, ..., n]."""
+    return [i for i in range(1, n)]
+
+
+def first(items):
+    return items[0]

@@ -1,0 +1,6 @@
+def describe(value):
+    return f"<{value}>"
+
+
+def cnt(items):
+    return len(items)

@@ -1,0 +1,6 @@
+def halve(n):
+    return n // 2
+
+
+def c_to_f(c):
+    return c * 9 / 5 + 32

@@ -1,0 +1,6 @@
+def halve(n):
+    return n // 2
+
+
+def celsius_to_fahrenheit(c):
+    return c * 9 / 5 + 32

@@ -1,0 +1,6 @@
+def rectangle_area(width, height):
+    result = width * height
+
+
+def halve(n):
+    return n // 2

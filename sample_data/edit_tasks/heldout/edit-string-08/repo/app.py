@@ -1,0 +1,6 @@
+def goodbye(name):
+    return f"Godbye, {name}"
+
+
+def double(n):
+    return n * 2

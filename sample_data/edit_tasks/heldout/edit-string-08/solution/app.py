@@ -1,0 +1,6 @@
+def goodbye(name):
+    return f"Goodbye, {name}"
+
+
+def double(n):
+    return n * 2

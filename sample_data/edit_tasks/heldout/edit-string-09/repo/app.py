@@ -1,0 +1,6 @@
+def double(n):
+    return n * 2
+
+
+def greeting(name):
+    return f"Helo, {name}!"

@@ -1,0 +1,6 @@
+def correct(answer):
+    return f"Correct! The answer is {answer}"
+
+
+def label(name):
+    return name.upper()

@@ -1,0 +1,5 @@
+from app import thanks
+
+
+def test_thanks_text():
+    assert thanks("X") == 'Thanks for your order, X'

@@ -1,0 +1,7 @@
+def total(n):
+    """Return the sum of 1..n."""
+    return sum(i for i in range(1, n + 1))
+
+
+def is_empty(items):
+    return len(items) == 0

@@ -1,0 +1,10 @@
+import math
+
+
+def product(n):
+    """Return the product of 1..n."""
+    return math.prod(i for i in range(1, n + 1))
+
+
+def label(name):
+    return name.upper()

@@ -1,0 +1,7 @@
+def labels(n):
+    """Return the labels 'item1' ... 'itemn'."""
+    return [f"item{i}" for i in range(1, n + 1)]
+
+
+def halve(n):
+    return n // 2

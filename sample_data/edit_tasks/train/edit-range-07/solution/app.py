@@ -1,0 +1,7 @@
+def sum_cubes(n):
+    """Return the sum of the cubes of 1..n."""
+    return sum(i ** 3 for i in range(1, n + 1))
+
+
+def label(name):
+    return name.upper()

@@ -1,0 +1,6 @@
+def usr_name(email):
+    return email.split("@")[0]
+
+
+def first(items):
+    return items[0]

@@ -1,0 +1,6 @@
+def describe(value):
+    return f"<{value}>"
+
+
+def calc_total(prices):
+    return sum(prices)

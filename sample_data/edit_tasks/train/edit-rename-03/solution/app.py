@@ -1,0 +1,6 @@
+def describe(value):
+    return f"<{value}>"
+
+
+def compute_total(prices):
+    return sum(prices)

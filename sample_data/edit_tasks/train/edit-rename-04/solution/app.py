@@ -1,0 +1,6 @@
+def double(n):
+    return n * 2
+
+
+def extension(path):
+    return path.rsplit(".", 1)[-1]

@@ -1,0 +1,6 @@
+def basename(path):
+    return path.split("/")[-1]
+
+
+def double(n):
+    return n * 2

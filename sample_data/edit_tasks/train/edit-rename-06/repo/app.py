@@ -1,0 +1,6 @@
+def describe(value):
+    return f"<{value}>"
+
+
+def mk_tag(name):
+    return "#" + name.lower()

@@ -1,0 +1,6 @@
+def shout(message):
+    return message.upper() + "!"
+
+
+def halve(n):
+    return n // 2

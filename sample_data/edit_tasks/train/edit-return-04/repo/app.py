@@ -1,0 +1,6 @@
+def describe(value):
+    return f"<{value}>"
+
+
+def span(values):
+    result = max(values) - min(values)

@@ -1,0 +1,5 @@
+from app import report
+
+
+def test_report_text():
+    assert report("X") == 'Success: X finished'

@@ -1,0 +1,6 @@
+def label(name):
+    return name.upper()
+
+
+def report(job):
+    return f"Success: {job} finished"

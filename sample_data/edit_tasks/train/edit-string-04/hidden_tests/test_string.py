@@ -1,0 +1,5 @@
+from app import saved
+
+
+def test_saved_text():
+    assert saved("X") == 'X was saved'

@@ -1,0 +1,5 @@
+from app import welcome
+
+
+def test_welcome_text():
+    assert welcome("X") == 'Welcome back, X'

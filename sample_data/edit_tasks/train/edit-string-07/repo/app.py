@@ -1,0 +1,6 @@
+def first(items):
+    return items[0]
+
+
+def closed(shop):
+    return f"{shop} is closd today"
