@@ -20,8 +20,9 @@ What it does (issue #8 item 4, issue #11 items 2-3), docs/closed_loop.md:
      The first cycle of every arm serves the start on the same seed: byte-identical sessions,
      so arms after the first reuse the first arm's cycle-1 simulate and collect outputs (the
      cycle's own cache finds them: same policy id, tasks and config) instead of recomputing;
-  3. `OUT/<arm>/measure` (`rlcycle cycle --until collect`, seed 1000*seed + 900, the same in
-     every arm) measures the version the arm's last cycle deployed on fresh traffic;
+  3. `OUT/<arm>/measure` (`rlcycle cycle --until distill`, seed 1000*seed + 900, the same
+     config in every arm, without the arm's switch) measures the version the arm's last cycle
+     deployed on fresh traffic (distill scores its mean reward under the plain spec);
   4. the report: the online metrics per (arm, policy version) with 95% CIs, sessions as the
      clusters; each version minus v0, and the last versions of the arms against each other
      (treatment - control); each cycle's eval decision; seconds per stage; and the verdicts
@@ -71,7 +72,8 @@ REPO = Path(__file__).resolve().parent.parent  # the defaults of --out and --tas
 # training over the collected samples, the cycle's quick eval.
 DEFAULTS: dict[str, dict[str, Any]] = {
     "simulate": {"max_new_tokens": 48, "max_turns": 3, "sandboxes": 4},
-    "train": {"batch_size": 16, "epochs": 1, "lr": 1e-5, "max_policy_lag": -1, "save_every": 1},
+    # max_steps: the cycle's own default caps train at 2 steps (a quick demo); here `epochs` decide.
+    "train": {"batch_size": 16, "epochs": 1, "max_steps": 100000, "lr": 1e-5, "max_policy_lag": -1, "save_every": 1},
     "eval": {"attempts": 1, "max_tasks": 12, "max_new_tokens": 48, "max_turns": 3, "sandboxes": 2,
              "min_paired_tasks": 5},
 }  # fmt: skip
@@ -109,13 +111,15 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
 
 
 def cycle_toml(seed: int, episodes: int, tasks: str, overrides: dict[str, Any]) -> str:
-    """The cycle config of one run: DEFAULTS, the seed and episode count, then the overrides."""
+    """The cycle config of one run: DEFAULTS, the seed and episode count, then the overrides
+    (`cycle.key` sets a top-level key of [cycle], e.g. cycle.reward_spec)."""
     tables = {name: dict(t) for name, t in DEFAULTS.items()}
     tables["simulate"].update(episodes=episodes, seed=seed)
+    top: dict[str, Any] = {"source": "simulate", "tasks": tasks}
     for key, value in overrides.items():
         table, _, name = key.partition(".")
-        tables.setdefault(table, {})[name] = value
-    lines = ["[cycle]", 'source = "simulate"', f"tasks = {_toml(tasks)}"]
+        (top if table == "cycle" else tables.setdefault(table, {}))[name] = value
+    lines = ["[cycle]", *(f"{k} = {_toml(v)}" for k, v in top.items())]
     for table, values in tables.items():
         lines += ["", f"[cycle.{table}]", *(f"{k} = {_toml(v)}" for k, v in values.items())]
     return "\n".join(lines) + "\n"
@@ -198,11 +202,14 @@ def run_arm(arm: str, args: argparse.Namespace, out: Path, start: dict[str, Any]
     for name, seed in plan:
         run_dir, toml = out / arm / name, out / arm / f"{name}.toml"
         episodes = args.measure_episodes or args.episodes if name == "measure" else args.episodes
-        toml.write_text(cycle_toml(seed, episodes, args.tasks, arm_overrides(arm, seed, base)))
+        # The measure run only measures: every arm's is the same config (no arm switch), and it
+        # runs distill too, so the version's mean reward under the plain spec is known.
+        overrides = base if name == "measure" else arm_overrides(arm, seed, base)
+        toml.write_text(cycle_toml(seed, episodes, args.tasks, overrides))
         shared = name == "cycle-1" and first is not None and share_first_cycle(first, run_dir)
         _log(args, f"{arm}/{name}: rlcycle cycle --config {toml} --run-dir {run_dir}" + (" (cycle-1 traffic shared)" if shared else ""))
         started = time.monotonic()
-        extra = ["--until", "collect"] if name == "measure" else []
+        extra = ["--until", "distill"] if name == "measure" else []
         r = rlcycle(["cycle", "--config", str(toml), "--run-dir", str(run_dir), "--json", *extra,
                      *(["-q"] if args.quiet else [])], env, args.quiet)  # fmt: skip
         try:

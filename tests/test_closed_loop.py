@@ -12,6 +12,7 @@ import pytest
 
 from rlcycle import closed_loop as loop
 from rlcycle import stats
+from rlcycle.closed_loop import REPO
 from rlcycle.report import ab
 from rlcycle.report.closed_loop import ab_cells, loop_metrics
 
@@ -31,8 +32,7 @@ ROWS = [
     # s2: an edit that fully survived, a satisfied user
     ("s2", "e2", "A", 300.0, 0, 4, 4, "thanks, works", READ, [5, 6]),
     # s3: a clarifying question (its follow-up is an answer: left out), then an episode with an
-    # edit whose outcome has not arrived (left out of persistence) and a complaint the built-in
-    # classifier scores neutral
+    # edit whose outcome has not arrived (left out of persistence) and a complaint
     ("s3", "e3a", "A", 400.0, 1, None, None, "I already said what I want. Please just make the change.", ASK, [7, 8, 9, 10]),
     ("s3", "e3b", "A", 600.0, 0, 2, None, "you didn't change anything?", READ, [11, 12]),
     # version B: one session, no edit, no follow-up
@@ -59,16 +59,17 @@ def test_online_metrics_on_a_hand_made_table():
     # invalid calls: 2 of 5 model calls
     assert a["invalid_per_sample"].value == pytest.approx(0.4)
     assert a["tokens_per_call"].value == pytest.approx(12 / 5)
-    # follow-ups: e1 (complaint), e2 (thanks), e3b (complaint the classifier misses); e3a asked.
+    # follow-ups: e1 (complaint), e2 (thanks), e3b (a complaint the built-in phrases recognise
+    # since issue #11: "you didn't change anything?"); e3a asked.
     # One follow-up per session: the design effect is 1 and the interval is Wilson's, 1 of 3.
     d = a["dissatisfied_rate"]
-    assert (d.num, d.den) == (1, 3) and d.value == pytest.approx(1 / 3)
-    assert (d.low, d.high) == (pytest.approx(0.0615, abs=1e-4), pytest.approx(0.7923, abs=1e-4))
+    assert (d.num, d.den) == (2, 3) and d.value == pytest.approx(2 / 3)
+    assert (d.low, d.high) == (pytest.approx(0.2077, abs=1e-4), pytest.approx(0.9385, abs=1e-4))
     # s3 asked in one of its two episodes: 1 of 4 episodes, three sessions
     assert a["clarification_rate"].value == pytest.approx(1 / 4) and a["clarification_rate"].units == 3
     assert a["dissatisfied_truth"].value == pytest.approx(2 / 3)
     assert a["counts"] == {"sessions": 3, "episodes": 4, "samples": 5, "followups": 3, "asked": 1,
-                           "edits_with_outcome": 2, "complaints_missed": 1}  # fmt: skip
+                           "edits_with_outcome": 2, "complaints_missed": 0}  # fmt: skip
     b = m["B"]
     assert b["edit_persistence"].value is None and b["dissatisfied_rate"].value is None
     assert b["latency_ms"].value == 50.0 and b["latency_ms"].low is None  # one session: no interval
@@ -106,12 +107,43 @@ def test_ab_table_rows_keyed_by_arm_and_version():
 def test_cycle_config_and_sets():
     import tomllib
 
-    sets = loop.parse_sets(["train.lr=1e-4", "eval.max_tasks=5", 'simulate.run_id="x"'])
-    assert sets == {"train.lr": 1e-4, "eval.max_tasks": 5, "simulate.run_id": "x"}
+    sets = loop.parse_sets(["train.lr=1e-4", "eval.max_tasks=5", 'simulate.run_id="x"', 'cycle.reward_spec="/r.toml"'])
+    assert sets == {"train.lr": 1e-4, "eval.max_tasks": 5, "simulate.run_id": "x", "cycle.reward_spec": "/r.toml"}
     cfg = tomllib.loads(loop.cycle_toml(2, 7, "/t", sets))["cycle"]
-    assert cfg["source"] == "simulate" and cfg["tasks"] == "/t"
+    assert cfg["source"] == "simulate" and cfg["tasks"] == "/t" and cfg["reward_spec"] == "/r.toml"
     assert cfg["simulate"]["seed"] == 2 and cfg["simulate"]["episodes"] == 7
     assert cfg["train"]["lr"] == 1e-4 and cfg["eval"]["max_tasks"] == 5
+    assert cfg["train"]["max_steps"] > 1000  # epochs decide, not the cycle's 2-step demo cap
+
+
+def test_arms_differ_only_in_their_distill_switch():
+    import tomllib
+
+    def distill(arm: str, seed: int) -> dict:
+        return tomllib.loads(loop.cycle_toml(seed, 7, "/t", loop.arm_overrides(arm, seed, {"train.lr": 1e-4})))["cycle"]
+
+    t, c, n = distill("treatment", 5), distill("control", 5), distill("naive", 5)
+    assert "distill" not in t
+    assert c.pop("distill") == {"permute_rewards": True, "permute_seed": 5}  # a fresh shuffle per cycle
+    assert n.pop("distill") == {"discard_invalid": True}
+    assert t == c == n  # everything else identical: traffic seed, sessions, training
+    # the same traffic seeds in every arm; the measure run's is fresh and the same too
+    assert loop.seeds(1, 2) == [("cycle-1", 1001), ("cycle-2", 1002), ("measure", 1900)]
+    with pytest.raises(SystemExit):
+        loop.main(["--arms", "treatment,bogus", "--report-only"])
+
+
+def test_user_verdict_is_the_hidden_tests_verdict():
+    """tests_passed from the simulated user's follow-up: satisfied texts pass, complaints fail,
+    anything else (a clarification answer, no follow-up) says nothing."""
+    from rlcycle.agent import user
+    from rlcycle.report.closed_loop import with_user_verdict
+
+    texts = [user.SATISFIED[0], user.DISSATISFIED_FAILED[1], user.DISSATISFIED_NOTHING[0], user.ANNOYED[0], None]
+    traj = pl.DataFrame({"policy_version": ["A"] * 5, "followup_text": texts})
+    assert with_user_verdict(traj).get_column("tests_passed").to_list() == [True, False, False, None, None]
+    given = traj.with_columns(tests_passed=pl.Series([False] * 5))
+    assert with_user_verdict(given).get_column("tests_passed").to_list() == [False] * 5  # a real column wins
 
 
 # --- two cycles through the real CLI ------------------------------------------------------------
@@ -123,9 +155,11 @@ TINY = ["--set", "simulate.max_new_tokens=8", "--set", "simulate.max_turns=1", "
 
 @pytest.mark.docker
 def test_two_cycles_stay_on_policy(tmp_path, docker_client, capsys):
-    out = tmp_path / "loop"
-    code = loop.main(["--cycles", "2", "--episodes", "4", "--out", str(out), "--no-measure", "--json", "-q", *TINY])
-    report = json.loads(capsys.readouterr().out)
+    root = tmp_path / "loop"
+    code = loop.main(["--arms", "treatment", "--cycles", "2", "--episodes", "4", "--out", str(root), "--no-measure",
+                      "--json", "-q", *TINY])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)["arms"]["treatment"]
+    out = root / "treatment"
     assert code == 0
     first, second = (json.loads((out / f"cycle-{k}.json").read_text()) for k in (1, 2))
     assert first["decision"] == "accept" and first["deployed"]
@@ -144,4 +178,22 @@ def test_two_cycles_stay_on_policy(tmp_path, docker_client, capsys):
     assert [report["metrics"][v]["counts"]["sessions"] for v in (bootstrap, first["deployed"])] == [4, 4]
     assert [c["decision"] for c in report["cycles"]] == ["accept", second["decision"]]
     assert report["verdict"]["improved"] in (True, False) and report["verdict"]["summary"]
-    assert (out / "report.txt").read_text().startswith("Cycles")
+    assert (root / "report.txt").read_text().startswith("Experiment: arms treatment")
+    assert (root / "report" / "report.html").exists()  # rlcycle report of every arm's trajectories
+
+
+@pytest.mark.docker
+def test_user_verdict_matches_simulates_pass_count(cli, tmp_path, docker_client):
+    """The hidden-test pass rate the experiment reports (the simulated user's verdict) is
+    simulate's own graded pass count, session by session."""
+    from rlcycle.report.closed_loop import with_user_verdict
+
+    events, traj = tmp_path / "ev.jsonl", tmp_path / "traj.arrow"
+    r = cli(["simulate", "--policy", "scripted:reference", "--tasks", str(REPO / "sample_data" / "tasks"),
+             "--episodes", "6", "-o", str(events), "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.error
+    sim = json.loads(r.stdout)
+    assert cli(["collect", str(events), "-o", str(traj), "-q"]).exit_code == 0
+    verdicts = with_user_verdict(pl.read_ipc(traj)).group_by("session_id").agg(pl.col("tests_passed").drop_nulls().last())
+    assert verdicts.height == sim["episodes"] - sim["errors"]
+    assert int(verdicts.get_column("tests_passed").sum()) == sim["passed"] > 0

@@ -85,6 +85,52 @@ def test_flat_groups_and_other_exclusions(dcli, tmp_path):
     assert by_sample(df2, "excluded")["L-t0"] == "no_group" and by_sample(df2, "group_key")["L-t0"] is None
 
 
+def test_permute_rewards_shuffles_rewards_and_parts_together(dcli, tmp_path):
+    """The control arm's shuffle: the same (reward, parts) tuples, assigned to other samples,
+    never to a sample without a completion; deterministic for a seed."""
+    spec = FEEDBACK + "[signals.invalid_tool_call]\nweight = -1.0\n"
+    rows = feedback_rows() + episode("E0", [{"completion_ids": [], "behavior_logprobs": []}], session_id="e")
+    rows[1]["tool_calls"], rows[1]["n_invalid_tool_calls"] = [call("x", "invalid")], 1
+    base, _ = distill(dcli, tmp_path / "a", rows, spec)
+    runs = {seed: distill(dcli, tmp_path / f"p{seed}", rows, spec, "--set", "permute_rewards=true",
+                          "--set", f"permute_seed={seed}") for seed in (0, 1)}  # fmt: skip
+    cols = ["reward", "part_explicit_feedback", "part_invalid_tool_call"]
+
+    def tuples(df):  # (reward, parts) per sample with a completion
+        return [tuple(r) for r in df.filter(pl.col("completion_ids").list.len() > 0).select(cols).iter_rows()]
+
+    for seed, (df, rep) in runs.items():
+        assert sorted(tuples(df)) == sorted(tuples(base))  # same multiset of (reward, parts)
+        assert tuples(df) != tuples(base)  # ... a different assignment
+        assert by_sample(df, "reward")["E0-t0"] == by_sample(base, "reward")["E0-t0"]  # never moved
+        assert by_sample(df, "excluded")["E0-t0"] == "no_completion"
+        assert any("permute_rewards" in n for n in rep["notes"]) and rep["config"]["permute_seed"] == seed
+        r = df.get_column("reward").to_numpy()
+        parts = df.select(cols[1:]).to_numpy().sum(axis=1)
+        assert r == pytest.approx(parts)  # reward is still the sum of its parts, row by row
+    assert tuples(runs[0][0]) != tuples(runs[1][0])  # the seed picks the shuffle
+    again, _ = distill(dcli, tmp_path / "p0b", rows, spec, "--set", "permute_rewards=true")
+    assert tuples(again) == tuples(runs[0][0])  # and the same seed the same one
+
+
+def test_discard_invalid_excludes_instead_of_penalising(dcli, tmp_path):
+    """The naive arm: a sample with an invalid call is dropped (weight 0, in no baseline)."""
+    bad = {"tool_calls": [call("x", "invalid")], "feedback": -1.0, "feedback_scope": "sample"}
+    good = {"feedback": 1.0, "feedback_scope": "sample"}
+    rows = (episode("A", [bad], prompt=[3], session_id="a") + episode("B", [good], prompt=[3], session_id="b")
+            + episode("C", [{"feedback": 0.0, "feedback_scope": "sample"}], prompt=[3], session_id="c"))  # fmt: skip
+    spec = FEEDBACK + "[signals.invalid_tool_call]\nweight = -1.0\n"
+    penalised, _ = distill(dcli, tmp_path / "a", rows, spec)
+    naive, rep = distill(dcli, tmp_path / "b", rows, spec, "--set", "discard_invalid=true")
+    assert by_sample(penalised, "excluded") == {"A-t0": None, "B-t0": None, "C-t0": None}
+    assert by_sample(penalised, "advantage")["A-t0"] < 0  # a negative example
+    assert by_sample(naive, "excluded") == {"A-t0": "discarded_invalid", "B-t0": None, "C-t0": None}
+    assert by_sample(naive, "weight") == {"A-t0": 0.0, "B-t0": 1.0, "C-t0": 1.0}
+    # B and C alone form the baseline: loo, n = 2: 2 * (1 - 0.5), 2 * (0 - 0.5)
+    assert by_sample(naive, "advantage") == {"A-t0": None, "B-t0": 1.0, "C-t0": -1.0}
+    assert rep["excluded"] == {"discarded_invalid": 1}
+
+
 def versions(invalid: tuple[int, int], asks: tuple[int, int], edits: tuple[int, int], n: int = 40) -> list[dict]:
     """Two policy versions, n one-turn episodes each: how many emit an invalid call, ask, edit."""
     rows = []
@@ -233,7 +279,7 @@ def test_sample_production_log_end_to_end(dcli, tmp_path):
     report = json.loads(r.stdout)
     n = pa.ipc.open_file(str(traj)).read_all().num_rows
     assert report["rows"] == n and pa.ipc.open_file(str(out)).read_all().num_rows == n
-    # the newer policy asks more and edits less: the second hack of DESIGN.md is flagged
+    # the newer policy asks more and edits less: the second hack of docs/design.md is flagged
     assert [h["hack"] for h in report["hacks"]] == ["clarify_instead_of_edit"]
     older, newer = (report["per_policy_version"][v] for v in report["version_order"])
     assert older["invalid_tool_call_rate"] > newer["invalid_tool_call_rate"]

@@ -67,8 +67,8 @@ def test_clarifying_everywhere_is_refused_by_the_drift_gate_at_equal_pass_rate(c
 
 def test_an_infrastructure_failure_is_an_error_not_a_fail(cli, suite, tmp_path, docker_client, monkeypatch):
     """The candidate's sandbox dies on one task every time: that task is `error`, excluded."""
-    from rlcycle.policy import resolve
     from rlcycle.agent.scripted import ReferencePolicy, ReplayPolicy
+    from rlcycle.policy import resolve
 
     doomed = sorted(p.name for p in suite.glob("*/*"))[0]
     real = resolve.resolve_policy

@@ -211,9 +211,12 @@ def test_limits_end_the_session(tok, suite, pool):
     [r] = run_episodes(Full(), "full", task, pool, RunnerConfig())
     assert (r.end_reason, r.turns, r.status, r.events) == ("max_tokens", 0, "fail", [])
     # ... or the runner knows the limit first, and the model is never asked.
-    [r] = run_episodes(reader, "loop", task, pool, RunnerConfig(max_prompt_tokens=1700))
+    # (the limit: the first prompt plus room for about one more turn, whatever the prompt's size)
+    [r] = run_episodes(reader, "loop", task, pool, RunnerConfig(max_turns=1))
+    limit = len(next(e for e in r.events if e["type"] == "completion")["prompt_ids"]) + 150
+    [r] = run_episodes(reader, "loop", task, pool, RunnerConfig(max_prompt_tokens=limit))
     assert (r.end_reason, r.status) == ("max_tokens", "fail") and 1 <= r.turns < 10
-    assert len([e for e in r.events if e["type"] == "completion"][-1]["prompt_ids"]) < 1700
+    assert len([e for e in r.events if e["type"] == "completion"][-1]["prompt_ids"]) < limit
 
 
 def test_calls_after_a_terminal_call_are_not_run(tok, suite, pool):

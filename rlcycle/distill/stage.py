@@ -22,6 +22,8 @@ The data flow, top to bottom (each step in its own module):
 Nothing is dropped: every input row is in the output, in input order. Rows that cannot teach
 are *excluded* — kept with weight 0 and a reason, and counted:
     no_completion  no completion tokens (nothing to train on; not in any baseline)
+    discarded_invalid  the sample emitted an invalid tool call and `discard_invalid` is on (the
+                   naive arm of the closed-loop experiment; not in any baseline)
     no_group       no group key qualified (only when `group_keys` does not end with batch)
     flat_group     every reward of its group is equal (with `exclude_flat_groups`), unless
                    the sample emitted an invalid tool call: those are never excluded
@@ -43,7 +45,7 @@ import pyarrow as pa
 
 from rlcycle import console
 from rlcycle import io as rio
-from rlcycle.config import cfg
+from rlcycle.config import cfg, check_range
 from rlcycle.distill import advantages, features, monitors, rewards
 from rlcycle.distill.spec import CREDITS, RewardSpec, default_spec
 from rlcycle.errors import InputError
@@ -51,7 +53,7 @@ from rlcycle.schema import EXAMPLES, TRAJECTORIES, check, conform
 
 REPORT_NAME = "reward_report.json"
 OUTPUT_COLUMNS = ("reward", "reward_parts", "group_key", "advantage", "weight", "excluded")
-REASONS = ("", "no_completion", "no_group", "flat_group")  # `excluded` values; "" = included
+REASONS = ("", "no_completion", "discarded_invalid", "no_group", "flat_group")  # `excluded` values; "" = included
 
 
 @dataclass
@@ -63,12 +65,16 @@ class DistillConfig:
     std_eps: float = cfg(1e-4, help="Added to the group std under mean_std.")
     exclude_flat_groups: bool = cfg(True, help="Exclude (weight 0) samples of groups whose rewards are all equal.")
     flat_tol: float = cfg(1e-6, help="Rewards closer than this count as equal (flat groups).")
-    edit_tools: list[str] = cfg(["write_file", "apply_patch"], help="Tool names whose ok calls are edits.")
+    edit_tools: list[str] = cfg(["write_file", "apply_patch", "replace_in_file"], help="Tool names whose ok calls are edits.")
     clarify_tools: list[str] = cfg(["ask_user"], help="Tool names that ask the user a clarifying question.")
     success_persistence: float = cfg(0.5, help="Edit persistence from which an episode's edits count as success (below: failure).")
     monitor_abs: float = cfg(0.01, help="A rate moved between versions when it changed by at least this (absolute) ...")
     monitor_rel: float = cfg(0.25, help="... and by at least this share of its old value.")
     monitor_min_episodes: int = cfg(20, help="Versions with fewer episodes are reported but not compared.")
+    # Experiment switches (rlcycle/closed_loop.py's arms; docs/closed_loop.md). Off in production.
+    permute_rewards: bool = cfg(False, help="Control arm: shuffle reward and reward_parts (together) among the samples that have a completion, before advantages: the same rewards, no link to behaviour.")
+    permute_seed: int = cfg(0, help="Seed of the permute_rewards shuffle (same seed and input, same shuffle).")
+    discard_invalid: bool = cfg(False, help="Naive arm (the seed's first reward hack): exclude samples with an invalid tool call (`discarded_invalid`, weight 0, in no baseline) instead of penalising them.")
 
     def validate(self) -> list[str]:
         problems = []
@@ -80,14 +86,9 @@ class DistillConfig:
             problems.append("group_keys is empty: name at least one source (prompt, a column, batch)")
         if "batch" in self.group_keys[:-1]:
             problems.append("group_keys: batch takes every sample, so it must be the last source")
-        for name in ("min_group_size", "monitor_min_episodes"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}={getattr(self, name)}: must be >= 1")
-        for name in ("std_eps", "flat_tol", "monitor_abs", "monitor_rel"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name}={getattr(self, name)}: must be >= 0")
-        if not 0 <= self.success_persistence <= 1:
-            problems.append(f"success_persistence={self.success_persistence}: must be in [0, 1]")
+        check_range(problems, self, ("min_group_size", "monitor_min_episodes"), ge=1)
+        check_range(problems, self, ("std_eps", "flat_tol", "monitor_abs", "monitor_rel"), ge=0)
+        check_range(problems, self, "success_persistence", ge=0, le=1)
         return problems
 
 
@@ -149,8 +150,15 @@ def run(config: DistillConfig, trajectories: str, out: str, spec: RewardSpec | N
     groups = advantages.assign(feats.episodes, config.group_keys, config.min_group_size)
     group = groups.code.astype(np.int32)[ep] if groups.code.size else np.zeros(0, np.int32)
     no_completion = s.get_column("n_tokens").to_numpy() == 0
-    adv = advantages.compute(rw.reward, group, ~no_completion, config.normalization, config.std_eps, config.flat_tol)
-    reason = _exclusions(no_completion, group, adv, s.get_column("n_invalid").to_numpy() > 0, config)
+    invalid = s.get_column("n_invalid").to_numpy() > 0
+    discarded = invalid & config.discard_invalid & ~no_completion
+    if config.permute_rewards:
+        permute_rewards(rw, ~no_completion, config.permute_seed)
+        result.notes.append(f"permute_rewards: rewards shuffled among {int((~no_completion).sum()):,} samples "
+                            f"(seed {config.permute_seed}): a control run, not a training run")  # fmt: skip
+    adv = advantages.compute(rw.reward, group, ~no_completion & ~discarded, config.normalization, config.std_eps,
+                             config.flat_tol)  # fmt: skip
+    reason = _exclusions(no_completion, discarded, group, adv, invalid, config)
     counts = np.bincount(reason, minlength=len(REASONS))
     result.episodes = feats.episodes.height
     result.included = int(counts[0])
@@ -168,7 +176,7 @@ def run(config: DistillConfig, trajectories: str, out: str, spec: RewardSpec | N
             result.per_policy_version, config.monitor_abs, config.monitor_rel, config.monitor_min_episodes
         )
         written.result()
-    result.notes = feats.notes + rw.notes
+    result.notes = result.notes + feats.notes + rw.notes
     result.seconds = time.monotonic() - started
     rio.atomic_write_text(result.report, json.dumps(result.as_dict(), indent=2, sort_keys=False, default=str) + "\n")
     if not quiet:
@@ -199,14 +207,36 @@ def _read(path: str, config: DistillConfig) -> pa.Table:
     return table
 
 
-def _exclusions(no_completion, group, adv: advantages.Advantages, invalid, config) -> np.ndarray:
+def _exclusions(no_completion, discarded, group, adv: advantages.Advantages, invalid, config) -> np.ndarray:
     """Per sample, the index of its exclusion reason in REASONS (0: included); first one wins.
 
     A sample with an invalid tool call is never excluded for being in a flat group: its
-    penalty is the whole point (DESIGN.md, the first reward hack).
+    penalty is the whole point (docs/design.md, the first reward hack). Only the naive arm's
+    `discard_invalid` drops it, to show what that hack does.
     """
     flat = adv.flat_rows & config.exclude_flat_groups & ~invalid
-    return np.select([no_completion, group < 0, flat], [np.int8(1), np.int8(2), np.int8(3)], np.int8(0))
+    conditions = [no_completion, discarded, group < 0, flat]
+    return np.select(conditions, [np.int8(i) for i in range(1, len(REASONS))], np.int8(0))
+
+
+def permute_rewards(rw: rewards.Rewards, rows: np.ndarray, seed: int) -> None:
+    """Shuffle `reward` and every signal's part, with one permutation (new arrays: the parts
+    may be read-only views of Arrow memory), among the
+    samples where `rows` is true (those with a completion): the control arm's rewards.
+
+    The multiset of rewards (and of each part, and of the (reward, parts) tuples) is unchanged,
+    so the reward distribution, its mean and std, the caps' effect and the advantages' scale
+    stay as they were; only which sample gets which reward is random. Whatever the policy
+    learns from them is noise (or a bias the reward shape alone carries), which is what the
+    treatment arm is compared with.
+    """
+    idx = np.flatnonzero(rows)
+    perm = idx[np.random.default_rng(seed).permutation(idx.size)]
+    rw.reward = rw.reward.copy()
+    rw.reward[idx] = rw.reward[perm]
+    for name, part in list(rw.parts.items()):
+        rw.parts[name] = part = part.copy()
+        part[idx] = part[perm]
 
 
 def _output_columns(spec, rw, groups, group, advantage, reason) -> dict[str, pa.Array]:

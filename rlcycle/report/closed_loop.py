@@ -33,7 +33,7 @@ from typing import Any
 
 import polars as pl
 
-from rlcycle import online
+from rlcycle import online, stats
 from rlcycle.agent import user
 from rlcycle.report import ab
 from rlcycle.report.load import RunDir
@@ -52,14 +52,17 @@ SHOWN = {
     "dissatisfied_truth": ("dissatisfied follow-ups (simulated user's label)", "rate"),
     "clarification_rate": ("clarifying questions (episodes that asked)", "rate"),
     "tokens_per_call": ("completion tokens per model call", "tokens"),
+    "reward": ("mean reward per model call (the reward spec, as distill scored it)", "value"),
 }
-DIRECTIONS = {"dissatisfied_truth": -1}
+DIRECTIONS = {"dissatisfied_truth": -1, "reward": +1}
 # Latency is wall clock per batched generate call: it moves with the batch size the lock-step
 # scheduler happens to form and with the machine's load, and every version has the same
 # architecture. It is shown, with tokens per call and the eval's ABBA-ordered latency ratio per
 # cycle (the fair comparison), but not counted in the verdict (docs/closed_loop.md).
 VERDICT_METRICS = ("tests_pass_rate", "edit_persistence", "dissatisfied_rate", "invalid_per_sample")
-LEARN_METRICS = ("tests_pass_rate", "edit_persistence")  # what "the loop learned" is decided on
+# What "the loop learned" is decided on: the hidden tests or edit persistence (issue #11); the
+# reward itself for a run whose reward spec is not about them (tests/test_learning.py's).
+LEARN_METRICS = ("tests_pass_rate", "edit_persistence", "reward")
 COUNTS = ("sessions", "samples", "followups", "edits_with_outcome")
 
 
@@ -165,9 +168,28 @@ def build_report(out: Path, runs: dict[str, Any]) -> dict[str, Any]:
                  "served_in": traj.filter(C("policy_version") == v).get_column("run").unique(maintain_order=True).to_list(),
                  "weight_change": _weight_change(home, first, v)}
                 for v in metrics]  # fmt: skip
+    for v, est in _rewards(out, runs).items():
+        if v in metrics:
+            metrics[v]["reward"] = est
     cells = ab_cells(metrics)
     return {"cycles": cycles, "versions": versions, "metrics": metrics, "ab": cells,
             "verdict": _overall(cycles, versions, metrics, cells), "runs": runs, "_traj": traj}  # fmt: skip
+
+
+def _rewards(out: Path, runs: dict[str, Any]) -> dict[str, Estimate]:
+    """Per policy version, the mean reward per sample of the runs' distill outputs (the measure
+    run distills too, without the arm's switch), sessions as the clusters (rlcycle.stats)."""
+    frames = []
+    for c in runs["cycles"]:
+        path = out / c["name"] / "distill" / "examples.arrow"
+        if path.exists():
+            frames.append(pl.read_ipc(path, columns=["session_id", "policy_version", "reward"]))
+    if not frames:
+        return {}
+    per = (pl.concat(frames).group_by("policy_version", "session_id", maintain_order=True)
+           .agg(y=C("reward").cast(pl.Float64).sum(), x=pl.len().cast(pl.Float64)))  # fmt: skip
+    return {v: stats.ratio_estimate(g.get_column("y").to_numpy(), g.get_column("x").to_numpy())
+            for (v,), g in per.partition_by("policy_version", as_dict=True, maintain_order=True).items()}  # fmt: skip
 
 
 def _scoring(out: Path, runs: dict[str, Any]) -> Scoring:

@@ -174,7 +174,7 @@ def write_report_dir(out: Path, record: dict[str, Any], report: dict[str, Any]) 
     distill's reward report (so the follow-ups are classified as in the text report), then
     `rlcycle report`'s HTML. None when no arm has trajectories."""
     frames = []
-    for i, (arm, rep) in enumerate(report["arms"].items()):
+    for arm, rep in report["arms"].items():
         traj: pl.DataFrame = rep.get("_traj")
         if traj is None or traj.height == 0 or not rep["versions"]:
             continue

@@ -91,7 +91,7 @@ def _ab(run: RunDir, m: OnlineMetrics, shown: list[str]) -> Raw:
         row: list[Any] = [spec.title]
         for pair in pairs:
             c = cells[pair].get(name)
-            row.append("n/a" if c is None else f"{ab.fmt(c.diff, spec.unit, signed=True)} {c.call}")
+            row.append("n/a" if c is None or c.call == "n/a" and c.diff.value is None else f"{ab.fmt(c.diff, spec.unit, signed=True)} {c.call}")
         rows.append(row)
     head = ["metric", *(f"{b} − {a}" for a, b in pairs)]
     return join([tag("h3", "A/B: differences with 95% CI (better/worse only where the CI excludes 0)"),
