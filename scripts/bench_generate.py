@@ -1,6 +1,7 @@
 """Benchmark: rlcycle's batched sampler (policy backend a) vs `model.generate` one prompt at a time.
 
-Same model (the tiny default from `init-model`, seed 0, random weights), same prompts (the
+Same model (the tiny default from `init-model`, seed 0, random weights; or `--model DIR`, any
+checkpoint directory, e.g. SmolLM2-135M from `init-model --preset smollm2-135m`), same prompts (the
 first prompt of N agent episodes rendered by the harness: system prompt + tools + a task), same
 number of new tokens per prompt (no stop token, so both do the same work), same process. A fourth line turns
 rlcycle's prefix KV cache on: every episode starts with the same system prompt and tool list,
@@ -15,6 +16,7 @@ time re-reads the whole conversation every turn.
 
     .venv/bin/python scripts/bench_generate.py                  # 16 episodes, 64 tokens each
     .venv/bin/python scripts/bench_generate.py --episodes 8 --max-new-tokens 32 --threads 2
+    .venv/bin/python scripts/bench_generate.py --model runs/smol/policy --episodes 8 --threads 2
 
 Generated tokens only are counted (prefill is in the time, not in the count).
 """
@@ -39,14 +41,22 @@ TASKS = [
 ]
 
 
-def build(size: str, seed: int, device: str):
-    from transformers import AutoTokenizer
+def build(size: str, seed: int, device: str, model_dir: str | None = None):
+    """(model float32, tokenizer): a checkpoint directory, or the random model of `size`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlcycle.model_init import DEFAULT_TOKENIZER, InitModelConfig, build_model
 
+    if model_dir:
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        return model.to(device), tok
     tok = AutoTokenizer.from_pretrained(str(DEFAULT_TOKENIZER))
     model = build_model(InitModelConfig(seed=seed, size=size), tok).to(device)
     return model, tok
+
+
+PAD = 7  # the pad id model.generate is given (set from the tokenizer in main)
 
 
 def episode_prompts(tok, n: int) -> list[list[int]]:
@@ -76,14 +86,14 @@ def run_generate_single(model, prompts, new_tokens: int) -> float:
             ids = torch.tensor([p], device=model.device)
             out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
                                  temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
-                                 min_new_tokens=new_tokens, pad_token_id=7)
+                                 min_new_tokens=new_tokens, pad_token_id=PAD)
             n += out.shape[1] - ids.shape[1]
     return n / (time.perf_counter() - t)
 
 
 def run_generate_batched(model, prompts, new_tokens: int) -> float:
     width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), 7, dtype=torch.long)
+    ids = torch.full((len(prompts), width), PAD, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
         ids[i, width - len(p):] = torch.tensor(p)
@@ -92,7 +102,7 @@ def run_generate_batched(model, prompts, new_tokens: int) -> float:
     with torch.inference_mode():
         out = model.generate(ids.to(model.device), attention_mask=mask.to(model.device),
                              do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=7)
+                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=PAD)
     return (out.shape[1] - width) * len(prompts) / (time.perf_counter() - t)
 
 
@@ -130,7 +140,7 @@ def generate_turn(model):
                 ids = torch.tensor([c], device=model.device)
                 out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
                                      temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
-                                     min_new_tokens=new_tokens, pad_token_id=7)
+                                     min_new_tokens=new_tokens, pad_token_id=PAD)
                 outs.append(out[0, ids.shape[1]:].tolist())
         return outs
     return gen
@@ -152,7 +162,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--turns", type=int, default=3, help="turns per episode in the second table (0: skip)")
-    ap.add_argument("--size", default="tiny")
+    ap.add_argument("--size", default="tiny", help="shape of the random model (without --model)")
+    ap.add_argument("--model", default=None, help="a checkpoint directory instead of the random model")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads for both sides (1 is fastest for the tiny model on "
@@ -161,11 +172,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
-    model, tok = build(args.size, 0, args.device)
+    global PAD
+    model, tok = build(args.size, 0, args.device, args.model)
+    PAD = tok.pad_token_id if tok.pad_token_id is not None else 0
+    name = args.model or args.size
     prompts = episode_prompts(tok, args.episodes)
     policy = HFPolicy(model, tok, HFPolicyConfig(device=args.device, max_batch_size=args.episodes))
     lens = [len(p) for p in prompts]
-    print(f"model {args.size} ({sum(p.numel() for p in model.parameters()):,} params), "
+    print(f"model {name} ({sum(p.numel() for p in model.parameters()):,} params), "
           f"{args.episodes} prompts of {min(lens)}-{max(lens)} tokens, {args.max_new_tokens} new "
           f"tokens each, device {args.device}, {args.threads} thread(s), median of {args.repeats}")
     run_rlcycle(policy, prompts[:2], 4)  # warm-up (allocator, kernels)

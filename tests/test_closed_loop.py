@@ -13,7 +13,7 @@ import pytest
 from rlcycle import closed_loop as loop
 from rlcycle import stats
 from rlcycle.closed_loop import REPO
-from rlcycle.report import ab
+from rlcycle.report import ab, paired
 from rlcycle.report.closed_loop import ab_cells, loop_metrics
 
 # --- the metrics, by hand ---------------------------------------------------------------------
@@ -104,6 +104,44 @@ def test_ab_table_rows_keyed_by_arm_and_version():
         ab.ab_table(rows, ("control", "v9"), ["p"])
 
 
+def test_paired_difference_is_the_matched_pairs_interval():
+    """Same sessions on both sides: for one verdict per session the paired delta method is the
+    matched-pairs normal interval mean(d) ± z·sd(d)/sqrt(n); task variance cancels, so it is
+    narrower than the independent (Newcombe) interval on the same numbers."""
+    a = [1, 1, 0, 0, 0, 0, 1, 0, 0, 0] * 4
+    b = [1, 1, 1, 0, 1, 0, 1, 0, 0, 1] * 4
+    ones = [1.0] * len(a)
+    p = stats.paired_difference(a, ones, b, ones)
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    mean = sum(d) / len(d)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in d) / (len(d) - 1))
+    assert p.value == pytest.approx(0.3) and p.kind == "paired" and p.units == 40
+    assert p.se == pytest.approx(sd / math.sqrt(len(d)))
+    assert p.low == pytest.approx(0.3 - 1.959964 * sd / math.sqrt(40), abs=1e-5)
+    indep = stats.difference(stats.wilson(sum(a), 40), stats.wilson(sum(b), 40))
+    assert p.high - p.low < indep.high - indep.low
+    # a session only one side has a denominator for still counts; none on either side: left out
+    r = stats.paired_difference([5, 0, 0], [10, 0, 0], [4, 2, 0], [4, 2, 0])
+    assert r.units == 2 and r.value == pytest.approx(1.0 - 0.5)
+    with pytest.raises(ValueError):
+        stats.paired_difference([1], [1], [1, 0], [1, 1])
+
+
+def test_paired_online_differences_join_on_the_session():
+    """rlcycle.online.paired_differences pairs two versions' facts by session and leaves out
+    sessions only one side served."""
+    from rlcycle import online
+
+    rows_a = [("s1", "e1", "A", 100.0, 0, 10, 5, None, READ, [1]), ("s2", "e2", "A", 100.0, 1, 4, 0, None, READ, [1]),
+              ("s9", "e9", "A", 100.0, 0, 4, 4, None, READ, [1])]
+    rows_b = [("s1", "f1", "B", 100.0, 0, 10, 10, None, READ, [1]), ("s2", "f2", "B", 100.0, 0, 4, 4, None, READ, [1])]
+    fa, fb = (online.episode_facts(pl.DataFrame(r, schema=SCHEMA, orient="row")) for r in (rows_a, rows_b))
+    diffs, matched = online.paired_differences(fa, fb)
+    assert matched == 2  # s9 was served by A only
+    assert diffs["edit_persistence"].value == pytest.approx(14 / 14 - 5 / 14)
+    assert diffs["invalid_per_sample"].value == pytest.approx(0 - 0.5)
+
+
 def test_cycle_config_and_sets():
     import tomllib
 
@@ -154,11 +192,17 @@ TINY = ["--set", "simulate.max_new_tokens=8", "--set", "simulate.max_turns=1", "
 
 
 @pytest.mark.docker
-def test_two_cycles_stay_on_policy(tmp_path, docker_client, capsys):
+def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
+    """Two cycles from a start checkpoint: each serves what the last deployed; then the start
+    and the last version are measured on the same fresh sessions (OUT/v0/measure beside the
+    arm's measure run) and the report's differences against v0 are paired by session."""
+    start = tmp_path / "start"
+    assert cli(["init-model", "-o", str(start)]).exit_code == 0
     root = tmp_path / "loop"
-    code = loop.main(["--arms", "treatment", "--cycles", "2", "--episodes", "4", "--out", str(root), "--no-measure",
-                      "--json", "-q", *TINY])  # fmt: skip
-    report = json.loads(capsys.readouterr().out)["arms"]["treatment"]
+    code = loop.main(["--arms", "treatment", "--cycles", "2", "--episodes", "4", "--measure-episodes", "4",
+                      "--start", str(start), "--out", str(root), "--json", "-q", *TINY])  # fmt: skip
+    experiment = json.loads(capsys.readouterr().out)
+    report = experiment["arms"]["treatment"]
     out = root / "treatment"
     assert code == 0
     first, second = (json.loads((out / f"cycle-{k}.json").read_text()) for k in (1, 2))
@@ -168,16 +212,26 @@ def test_two_cycles_stay_on_policy(tmp_path, docker_client, capsys):
         events = (json.loads(line) for line in (out / run / "simulate" / "events.jsonl").open())
         return {e["policy_version"] for e in events if e["type"] == "completion"}
 
-    # cycle 2 sampled from the checkpoint cycle 1 deployed; cycle 1 from the bootstrap model
-    bootstrap = json.loads((out / "cycle-1" / "run.json").read_text())["base_id"]
-    assert served("cycle-1") == {bootstrap}
-    assert served("cycle-2") == {first["deployed"]} != {bootstrap}
+    # cycle 2 sampled from the checkpoint cycle 1 deployed; cycle 1 from the start
+    v0 = json.loads((out / "cycle-1" / "run.json").read_text())["base_id"]
+    assert served("cycle-1") == {v0} == {json.loads((start / "rlcycle.json").read_text())["id"]}
+    assert served("cycle-2") == {first["deployed"]} != {v0}
     assert json.loads((out / "cycle-2" / "run.json").read_text())["base_id"] == first["deployed"]
     # the report: one row per served version, in order, with its sessions
-    assert [v["id"] for v in report["versions"]] == [bootstrap, first["deployed"]]
-    assert [report["metrics"][v]["counts"]["sessions"] for v in (bootstrap, first["deployed"])] == [4, 4]
-    assert [c["decision"] for c in report["cycles"]] == ["accept", second["decision"]]
+    ids = [v["id"] for v in report["versions"]]
+    assert ids[:2] == [v0, first["deployed"]]
+    assert [report["metrics"][v]["counts"]["sessions"] for v in ids[:2]] == [4, 4]
+    assert [c["decision"] for c in report["cycles"]] == ["accept", second["decision"], None]
     assert report["verdict"]["improved"] in (True, False) and report["verdict"]["summary"]
+    # v0 measured on the measure traffic: the same four sessions as the last version's
+    record = json.loads((root / "runs.json").read_text())
+    assert [c["name"] for c in record["v0"]["cycles"]] == ["measure"]
+    keys = [pl.read_ipc(root / run / "measure" / "collect" / "trajectories.arrow")
+            .pipe(paired.pair_key).get_column("session_id").unique().sort().to_list() for run in ("v0", "treatment")]  # fmt: skip
+    assert keys[0] == keys[1] and len(keys[0]) == 4  # the same sessions under other run prefixes
+    last = "/".join(experiment["last"]["treatment"])
+    assert experiment["paired"] == {last.replace("/", " "): 4}
+    assert experiment["vs_v0"][last]["tests_pass_rate"]["diff"]["kind"] == "paired"
     assert (root / "report.txt").read_text().startswith("Experiment: arms treatment")
     assert (root / "report" / "report.html").exists()  # rlcycle report of every arm's trajectories
 
@@ -197,3 +251,4 @@ def test_user_verdict_matches_simulates_pass_count(cli, tmp_path, docker_client)
     verdicts = with_user_verdict(pl.read_ipc(traj)).group_by("session_id").agg(pl.col("tests_passed").drop_nulls().last())
     assert verdicts.height == sim["episodes"] - sim["errors"]
     assert int(verdicts.get_column("tests_passed").sum()) == sim["passed"] > 0
+

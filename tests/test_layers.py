@@ -19,10 +19,11 @@ PKG = Path(__file__).resolve().parent.parent / "rlcycle"
 
 FLOORS: dict[str, int] = {
     "cli": 5, "__main__": 5,
-    "cycle": 4, "report": 4, "closed_loop": 4,
+    "cycle": 4, "report": 4, "closed_loop": 4, "gateway": 4,
     "collect": 3, "distill": 3, "train": 3, "evaluation": 3, "deploy": 3, "simulate": 3,
-    "gateway": 3, "model_init": 3, "inspect": 3,
+    "model_init": 3, "inspect": 3,
     "agent": 2, "harness": 2, "policy": 2, "sandbox": 2, "tasks": 2, "stats": 2, "online": 2,
+    "rollout": 2,
     "__init__": 1, "io": 1, "schema": 1, "config": 1, "errors": 1, "console": 1, "faults": 1,
     "resources": 1, "digest": 1,
 }  # fmt: skip

@@ -62,6 +62,7 @@ def _register() -> None:
         deploy_cmd,
         distill_cmd,
         eval_cmd,
+        gateway_cmd,
         inspect_cmd,
         model_cmd,
         report_cmd,
@@ -81,6 +82,7 @@ def _register() -> None:
     report_cmd.register(app)
     simulate_cmd.register(app)
     model_cmd.register(app)
+    gateway_cmd.register(app)
     app.add_typer(tasks_cmd.app, name="tasks")
     app.add_typer(sandbox_cmd.app, name="sandbox")
 

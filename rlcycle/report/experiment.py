@@ -13,7 +13,10 @@ The verdict "did the loop learn" (issue #11): YES when treatment's last version 
 control's last version on the hidden-test pass rate or on edit persistence (LEARN_METRICS),
 each with a 95% CI that excludes 0, and control's last version beats v0 on neither. Every
 difference is rlcycle.stats.difference via report/ab.py (independent traffic: the versions were
-measured on different sessions; sessions are the clusters).
+measured on different sessions; sessions are the clusters), except with a v0 measure run
+(`OUT/v0/measure`, the start served on the measure traffic): then every row is its version on
+the measure traffic alone, and each difference is paired by session (rlcycle/report/paired.py),
+since all of them served the same sessions.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from typing import Any
 import polars as pl
 
 from rlcycle import io as rio
-from rlcycle.report import ab
-from rlcycle.report.closed_loop import DIRECTIONS, LEARN_METRICS, SHOWN, build_report, render, shown
+from rlcycle.report import ab, paired
+from rlcycle.report.closed_loop import DIRECTIONS, LEARN_METRICS, SHOWN, _rewards, _scoring, build_report, render, shown
 from rlcycle.stats import Estimate
 
 STAGES = ("simulate", "collect", "distill", "train", "eval", "deploy")
@@ -61,6 +64,10 @@ def build_experiment(out: Path, record: dict[str, Any]) -> dict[str, Any]:
         last[arm] = key
     metric_names = list(shown({k: dict(v) for k, v in rows.items()}))
     v0 = next(iter(rows), None)
+    pairing = _paired_rows(out, record, arms, last) if v0 else None
+    if pairing is not None:  # every row measured on the measure traffic; v0 too
+        rows, v0 = pairing["rows"], (V0, V0)
+        names = {v0: V0, **{k: names[k] for k in last.values()}}
     vs_v0 = ab.ab_table(rows, v0, metric_names, DIRECTIONS) if v0 else {}
     vs_v0 = {k: c for k, c in vs_v0.items() if k in last.values()}
     vs_control: dict[Any, dict[str, ab.Cell]] = {}
@@ -68,11 +75,41 @@ def build_experiment(out: Path, record: dict[str, Any]) -> dict[str, Any]:
         base = last["control"]
         pair = {base: rows[base], **{k: rows[k] for a, k in last.items() if a != "control"}}
         vs_control = ab.ab_table(pair, base, metric_names, DIRECTIONS)
+    if pairing is not None:
+        m = pairing["measured"]
+        vs_v0 = {k: paired.paired_cells(m[v0], m[k], metric_names, c) for k, c in vs_v0.items()}
+        vs_control = {k: paired.paired_cells(m[last["control"]], m[k], metric_names, c) for k, c in vs_control.items()}
     return {"seed": record.get("seed"), "cycles": record.get("cycles"), "episodes": record.get("episodes"),
             "tasks": record.get("tasks"), "sets": record.get("sets", []), "start": record.get("start", {}),
             "wall_s": record.get("wall_s"), "arms": arms, "rows": rows, "names": names, "last": last,
             "metric_names": metric_names, "vs_v0": vs_v0, "vs_control": vs_control,
+            "paired": None if pairing is None else pairing["matched"],
             "verdict": verdict(last, vs_v0, vs_control), "seconds": stage_seconds(arms)}  # fmt: skip
+
+
+def _paired_rows(out: Path, record: dict[str, Any], arms: dict[str, Any],
+                 last: dict[str, tuple[str, str]]) -> dict[str, Any] | None:  # fmt: skip
+    """With a v0 measure run (OUT/v0/measure), every row from the measure traffic alone and the
+    facts to pair them by session (rlcycle/report/paired.py); None without one, or when an
+    arm's last version has no measure run."""
+    if not record.get("v0") or not last:
+        return None
+    first_arm = next(iter(record["arms"]))
+    scoring = _scoring(out / first_arm, record["arms"][first_arm])
+    m0 = paired.measured(out / V0, record["v0"], scoring)
+    measured = {(V0, V0): m0, **{key: paired.measured(out / arm, record["arms"][arm], scoring) for arm, key in last.items()}}
+    if any(m is None for m in measured.values()):
+        return None
+    rows: dict[tuple[str, str], dict[str, Estimate]] = {}
+    for (arm, label), m in measured.items():
+        runs = record["v0"] if arm == V0 else record["arms"][arm]
+        row = _estimates(m[0])
+        reward = _rewards(out / arm, {"cycles": [c for c in runs["cycles"] if c["name"] == paired.MEASURE]})
+        if reward:  # the measure run's distill: one version
+            row["reward"] = next(iter(reward.values()))
+        rows[(arm, label)] = row
+    matched = {f"{k[0]} {k[1]}": paired.matched_sessions(m0, m) for k, m in measured.items() if k != (V0, V0)}
+    return {"rows": rows, "measured": measured, "matched": matched}
 
 
 def verdict(last: dict[str, tuple[str, str]], vs_v0: dict, vs_control: dict) -> dict[str, Any]:
@@ -139,6 +176,9 @@ def render_experiment(report: dict[str, Any]) -> str:
         lines.append(render(rep))
     w("")
     w("=== the experiment: v0 and each arm's last version (95% CI; sessions are the clusters) ===")
+    if report.get("paired"):
+        pairs = ", ".join(f"{k} {n}" for k, n in report["paired"].items())
+        w(f"  every version on the same measure sessions; differences paired by session (matched with v0: {pairs})")
     names = {m: SHOWN[m] for m in report["metric_names"]}
     if report["rows"]:
         lines += ab.metrics_lines(report["rows"], report["names"], names)

@@ -1,0 +1,277 @@
+"""The gateway's HTTP API (FastAPI on uvicorn): OpenAI chat completions that log on-policy events.
+
+In: HTTP requests. Out: OpenAI-format responses with `X-Checkpoint-Id`, `X-Session-Id`,
+`X-Episode-Id`, `X-Sample-Id` and `X-Request-Id` headers; events appended to the `EventLog`.
+
+    GET  /health                  "ok" (no auth: for load balancers)
+    GET  /v1/models               the served alias and checkpoint
+    POST /v1/chat/completions     chat completions (tools, tool_choice auto/none, stream)
+    POST /v1/rlcycle/events       late signals: edit_outcome, user_message, feedback, tool_result
+    POST /v1/rlcycle/reload       re-resolve the aliases now (deploy's HTTP hook can call it)
+    GET  /v1/rlcycle/stats        log and router counters
+
+Ids: the session comes from `X-Session-Id` (or `metadata.session_id`), else a new one is made
+and returned in the header; the episode from `X-Episode-Id` (or metadata), else the k-th user
+message of the session. Idempotency: a request with an `Idempotency-Key` (or `X-Request-Id`)
+header seen before gets the first answer again and logs nothing; a request the OpenAI SDK
+retries (`x-stainless-retry-count` > 0) without a key is matched to an earlier one by its body.
+
+Auth: with an api key set, every route but /health needs `Authorization: Bearer KEY`, compared
+with `hmac.compare_digest`. Bodies over `max_body_bytes` get 413.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from rlcycle.agent.events import iso
+from rlcycle.collect.jsonl import parse_block
+from rlcycle.gateway import chat
+from rlcycle.gateway.chat import BadRequest
+from rlcycle.gateway.config import GatewayConfig
+from rlcycle.gateway.engine import Models
+from rlcycle.gateway.logwriter import EventLog
+
+LATE_TYPES = ("edit_outcome", "user_message", "feedback", "tool_result")
+MAX_ID_CHARS = 256
+
+
+def _error(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
+                        status_code=status, headers=headers)
+
+
+@dataclass
+class _Seen:
+    """One request id: the answer (once known), shared by every retry of the request."""
+
+    done: asyncio.Future
+    at: float = field(default_factory=time.monotonic)
+
+
+class Gateway:
+    """The app and what it serves from; `app` is the ASGI application."""
+
+    def __init__(self, config: GatewayConfig, models: Models, log: EventLog | None):
+        self.config, self.models, self.log = config, models, log
+        self.model_name = config.alias
+        self._seen: OrderedDict[str, _Seen] = OrderedDict()
+        self._raw_text: OrderedDict[str, str] = OrderedDict()  # tool-call id -> model's raw text
+        self.requests = 0
+        self.replayed = 0
+        self.app = self._build()
+
+    # --- plumbing -------------------------------------------------------------------------
+    def _authorised(self, request: Request) -> bool:
+        key = self.config.api_key
+        if not key:
+            return True
+        given = request.headers.get("authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {key}".encode())
+
+    async def _body(self, request: Request) -> bytes:
+        cap = self.config.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > cap:
+            raise BadRequest(f"body of {declared} bytes is over the cap of {cap}", None, 413)
+        data = bytearray()
+        async for piece in request.stream():
+            data += piece
+            if len(data) > cap:
+                raise BadRequest(f"body is over the cap of {cap} bytes", None, 413)
+        return bytes(data)
+
+    @staticmethod
+    def _json(data: bytes) -> Any:
+        try:
+            return json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BadRequest(f"the body is not JSON: {e}") from None
+
+    def _request_key(self, request: Request, data: bytes) -> tuple[str | None, bool]:
+        """(idempotency key, whether to look it up): explicit keys always; body hashes on retries."""
+        key = request.headers.get("idempotency-key") or request.headers.get("x-request-id")
+        if key:
+            return "k:" + key[:MAX_ID_CHARS], True
+        retry = request.headers.get("x-stainless-retry-count", "0")
+        auth = request.headers.get("authorization", "")
+        digest = hashlib.sha256(auth.encode() + b"\0" + data).hexdigest()
+        return "b:" + digest, retry.isdigit() and int(retry) > 0
+
+    def _remember(self, key: str) -> _Seen:
+        now = time.monotonic()
+        ttl, cap = self.config.idempotency_ttl_s, self.config.idempotency_entries
+        while self._seen and (len(self._seen) >= cap or now - next(iter(self._seen.values())).at > ttl):
+            self._seen.popitem(last=False)
+        seen = _Seen(asyncio.get_running_loop().create_future())
+        self._seen[key] = seen
+        return seen
+
+    # --- chat completions -----------------------------------------------------------------
+    async def chat_completions(self, request: Request) -> Response:
+        data = await self._body(request)
+        key, lookup = self._request_key(request, data)
+        if lookup and key in self._seen and (time.monotonic() - self._seen[key].at) < self.config.idempotency_ttl_s:
+            self.replayed += 1
+            result, req = await asyncio.shield(self._seen[key].done)
+            return self._respond(result, req)
+        body = self._json(data)
+        req = chat.parse_request(body, self.config, self._raw_text)
+        seen = self._remember(key) if key else None
+        try:
+            result = await self._complete(request, req, body, key)
+        except BaseException as e:
+            if seen is not None:
+                self._seen.pop(key, None)
+                seen.done.set_exception(e)
+                seen.done.exception()  # retrieved: no "never retrieved" warning
+            raise
+        if seen is not None:
+            seen.done.set_result((result, req))
+        return self._respond(result, req)
+
+    def _ids(self, request: Request, req: chat.ChatRequest) -> tuple[str, str | None]:
+        h, meta = request.headers, req.metadata
+        session = h.get("x-session-id") or meta.get("session_id")
+        episode = h.get("x-episode-id") or meta.get("episode_id")
+        for name, value in (("X-Session-Id", session), ("X-Episode-Id", episode)):
+            if value is not None and (len(value) > MAX_ID_CHARS or not value.isprintable()):
+                raise BadRequest(f"{name} must be printable and at most {MAX_ID_CHARS} characters", name)
+        return session or f"gw-{uuid.uuid4().hex}", episode
+
+    async def _complete(self, request: Request, req: chat.ChatRequest, body: dict, key: str | None) -> chat.Result:
+        self.requests += 1
+        session, episode = self._ids(request, req)
+        episode_id, turn = chat.episode_and_turn(req.messages, session, episode)
+        sample_id = "gw-" + (hashlib.sha256(key.encode()).hexdigest()[:24] if key and key.startswith("k:")
+                             else uuid.uuid4().hex[:24])
+        engine = self.models.acquire(session)
+        try:
+            renderer = engine.renderer(req.tools)
+            prompt = await asyncio.to_thread(chat.render_prompt, renderer, req, self.config.max_prompt_tokens)
+            gen = await asyncio.wrap_future(engine.submit(prompt, req.params))
+            text, parsed = chat.parse_generation(renderer, gen, req.tools)
+        finally:
+            self.models.release(engine)
+        result = chat.Result(sample_id, sample_id, session, episode_id, turn, engine.checkpoint_id,
+                             engine.role, prompt, gen, text, parsed)
+        result.request_id = key[2:] if key and key.startswith("k:") else sample_id
+        for i, c in enumerate(parsed.calls):
+            if c.valid:
+                self._raw_text[result.call_id(i)] = text
+        while len(self._raw_text) > self.config.idempotency_entries:
+            self._raw_text.popitem(last=False)
+        if self.log is not None:
+            self.log.append(*chat.completion_events(result, req.sampling))
+        return result
+
+    def _respond(self, result: chat.Result, req: chat.ChatRequest) -> Response:
+        headers = result.headers()
+        if not req.stream:
+            return JSONResponse(chat.response_body(result, self.model_name), headers=headers)
+        chunks = chat.stream_chunks(result, self.model_name, req.include_usage)
+
+        async def sse():
+            for c in chunks:
+                yield f"data: {json.dumps(c, ensure_ascii=False)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
+
+    # --- late signals -------------------------------------------------------------------------
+    async def events(self, request: Request) -> Response:
+        body = self._json(await self._body(request))
+        items = body.get("events") if isinstance(body, dict) and "events" in body else body
+        items = items if isinstance(items, list) else [items]
+        if not items:
+            raise BadRequest("no events given", "events")
+        now = iso(time.time() * 1000)
+        for i, ev in enumerate(items):
+            if not isinstance(ev, dict):
+                raise BadRequest(f"events[{i}] must be a JSON object", f"events[{i}]")
+            if ev.get("type") not in LATE_TYPES:
+                raise BadRequest(f"events[{i}].type must be one of {', '.join(LATE_TYPES)} (completions are "
+                                 "logged by the gateway itself)", f"events[{i}].type")
+            ev.setdefault("event_id", f"gw-ev-{uuid.uuid4().hex}")
+            ev.setdefault("ts", now)
+            ev.setdefault("session_id", request.headers.get("x-session-id"))
+        lines = b"".join(json.dumps(ev).encode() + b"\n" for ev in items)
+        chunk = parse_block(lines, "request", 0)
+        if chunk.bad:
+            b = chunk.bad[0]
+            field_name = _field_of(b.reason)
+            raise BadRequest(f"events[{b.line - 1}]: {b.reason}",
+                             f"events[{b.line - 1}]" + (f".{field_name}" if field_name else ""), 422)
+        if self.log is not None:
+            self.log.append(*items)
+        return JSONResponse({"accepted": len(items), "event_ids": [ev["event_id"] for ev in items]})
+
+    # --- the app --------------------------------------------------------------------------------
+    def _build(self) -> FastAPI:
+        app = FastAPI(title="rlcycle gateway", docs_url=None, redoc_url=None, openapi_url=None)
+
+        @app.middleware("http")
+        async def guard(request: Request, call_next):
+            if request.url.path != "/health" and not self._authorised(request):
+                return _error(401, "missing or wrong API key (Authorization: Bearer KEY)",
+                              kind="authentication_error", headers={"WWW-Authenticate": "Bearer"})
+            return await call_next(request)
+
+        @app.exception_handler(BadRequest)
+        async def bad_request(request: Request, e: BadRequest) -> Response:
+            return _error(e.status, str(e), e.param)
+
+        @app.exception_handler(Exception)
+        async def failed(request: Request, e: Exception) -> Response:  # the model or upstream failed
+            status = 502 if self.config.upstream else 500
+            return _error(status, f"{type(e).__name__}: {e}"[:2000], kind="server_error")
+
+        @app.get("/health")
+        async def health() -> Response:
+            return PlainTextResponse("ok")
+
+        @app.get("/v1/models")
+        async def models() -> Response:
+            info = self.models.describe()
+            return JSONResponse({"object": "list", "data": [
+                {"id": self.model_name, "object": "model", "owned_by": "rlcycle",
+                 "checkpoint_id": info["checkpoint_id"], "candidate_id": info["candidate_id"]}]})
+
+        app.post("/v1/chat/completions")(self.chat_completions)
+        app.post("/v1/rlcycle/events")(self.events)
+
+        @app.post("/v1/rlcycle/reload")
+        async def reload() -> Response:
+            return JSONResponse(await asyncio.to_thread(self.models.reload))
+
+        @app.get("/v1/rlcycle/stats")
+        async def stats() -> Response:
+            return JSONResponse({"requests": self.requests, "replayed": self.replayed,
+                                 "models": self.models.describe(),
+                                 "log": self.log.stats.as_dict() if self.log else None})
+
+        return app
+
+
+def _field_of(reason: str) -> str | None:
+    """The field a collect reason names: "field 'x': ..." or "type: missing x"."""
+    if reason.startswith("field '"):
+        return reason.split("'")[1]
+    if ": missing " in reason:
+        return reason.rsplit(": missing ", 1)[1].split()[0]
+    for name in ("lines_surviving", "value", "kind", "status", "ts", "sample_id"):
+        if name in reason:
+            return name
+    return None

@@ -1,0 +1,345 @@
+"""OpenAI chat completions ↔ rlcycle's harness: requests in, responses and events out.
+
+In: a request body (`parse_request` checks it and names the field of any problem, as OpenAI's
+`param`), then the sampled `Generation`. Out: the response object (`response_body`, OpenAI's
+`chat.completion` with parsed `tool_calls`), its SSE chunks (`stream_chunks`) and the events it
+is logged as (`completion_events`: one `completion`, plus one `tool_result` with status
+`invalid` per invalid call, exactly as `simulate` logs them).
+
+Rendering: the messages go through the harness's `ChatRenderer` with the request's tools (as
+`ToolSpec`s), so `prompt_ids` are exactly the ids the model is given. An assistant message the
+gateway produced earlier is rendered from the raw text the model wrote (remembered by its tool
+call ids), so a multi-turn prompt repeats the model's own text, not a re-serialisation of it.
+
+Tool calls are parsed by the shared harness parser against the request's tools. Valid calls
+become `tool_calls` (id = the logged `call_id`); an invalid call stays in `content` as text, is
+listed in the event's `tool_calls` and gets a `tool_result` event with status `invalid`.
+
+Truncated sampling: top_p < 1 is refused (400, param `top_p`) unless the gateway runs with
+`allow_truncated_sampling`; top_k, penalties, logit_bias and stop strings are always refused:
+each changes the sampling distribution in a way the logged logprobs would not say.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlcycle.agent.events import iso
+from rlcycle.errors import InputError
+from rlcycle.gateway.config import GatewayConfig
+from rlcycle.harness.parse import CLOSE, OPEN, ParsedCompletion, parse_completion
+from rlcycle.harness.render import ChatRenderer
+from rlcycle.harness.tools import ToolSpec
+from rlcycle.policy.base import Generation, SamplingParams
+
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+# Fields that must be neutral: anything else would change the distribution behind the logprobs.
+NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "top_k": (None, -1, 0), "min_p": (None, 0, 0.0), "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
+    "logit_bias": (None, {}), "stop": (None, [], ""), "n": (None, 1), "best_of": (None, 1),
+}
+
+
+class BadRequest(Exception):
+    """A request refused with `status` (400 unless said), naming the offending `param`."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400):
+        super().__init__(message)
+        self.param, self.status = param, status
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, str]]
+    tools: tuple[ToolSpec, ...]
+    params: SamplingParams
+    sampling: dict[str, Any]  # what is logged: every parameter that shapes the distribution
+    stream: bool = False
+    include_usage: bool = False
+    model: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+def parse_request(body: Any, config: GatewayConfig, raw_text: dict[str, str]) -> ChatRequest:
+    """Check a chat-completions body; BadRequest names the first field that is wrong.
+
+    `raw_text` maps tool-call ids the gateway returned to the model's raw completion text.
+    """
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    for key, ok in NEUTRAL.items():
+        if key in body and body[key] not in ok:
+            raise BadRequest(f"{key}={json.dumps(body[key])[:80]} is not supported: it would change the "
+                             "sampling distribution behind the logged logprobs", key)
+    fmt = body.get("response_format")
+    if fmt not in (None, {"type": "text"}):
+        raise BadRequest("response_format other than text is not supported (constrained decoding "
+                         "changes the sampling distribution)", "response_format")
+    tools = _tools(body.get("tools"), body.get("tool_choice"))
+    messages = _messages(body.get("messages"), raw_text)
+    if config.redact and config.redact_inputs:
+        from collections import Counter
+
+        from rlcycle.collect.redact import patterns_with, redact_texts
+
+        texts = redact_texts([m["content"] for m in messages], patterns_with(config.secret_patterns), Counter())
+        messages = [{**m, "content": t or ""} for m, t in zip(messages, texts, strict=True)]
+    params, sampling = _params(body, config)
+    opts = body.get("stream_options") or {}
+    meta = body.get("metadata") or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise BadRequest("metadata must be an object of strings", "metadata")
+    model = body.get("model")
+    return ChatRequest(messages, tools, params, sampling, stream=bool(body.get("stream")),
+                       include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
+                       model=model if isinstance(model, str) else None, metadata=meta)
+
+
+def _params(body: dict[str, Any], config: GatewayConfig) -> tuple[SamplingParams, dict[str, Any]]:
+    def num(key: str, default: float, lo: float, hi: float) -> float:
+        v = body.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+            raise BadRequest(f"{key} must be a number in [{lo:g}, {hi:g}], got {json.dumps(v)[:40]}", key)
+        return float(v)
+
+    temperature = num("temperature", 1.0, 0.0, 2.0)
+    top_p = num("top_p", 1.0, 1e-6, 1.0)
+    if top_p < 1 and temperature > 0 and not config.allow_truncated_sampling:
+        raise BadRequest("top_p < 1 is refused: the returned logprobs would be those of the truncated "
+                         "distribution while train scores the full vocabulary (start the gateway with "
+                         "--set allow_truncated_sampling=true to accept it)", "top_p")
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    mt = body.get(key)
+    if mt is None:
+        mt = config.default_max_tokens
+    if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
+        raise BadRequest(f"{key} must be a positive integer", key)
+    if mt > config.max_tokens_cap:
+        raise BadRequest(f"{key}={mt} exceeds this gateway's cap {config.max_tokens_cap}", key)
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise BadRequest("seed must be an integer", "seed")
+    params = SamplingParams(max_new_tokens=mt, temperature=temperature, top_p=top_p, seed=seed)
+    sampling = {"temperature": temperature, "top_p": top_p, "top_k": None, "seed": seed,
+                "max_tokens": mt, "truncated": top_p < 1 and temperature > 0}
+    return params, sampling
+
+
+def _tools(tools: Any, choice: Any) -> tuple[ToolSpec, ...]:
+    if choice not in (None, "auto", "none"):
+        raise BadRequest("tool_choice must be 'auto' or 'none' (forcing a call needs constrained "
+                         "decoding, which changes the sampling distribution)", "tool_choice")
+    if tools is None or choice == "none":
+        return ()
+    if not isinstance(tools, list):
+        raise BadRequest("tools must be a list", "tools")
+    specs = []
+    for i, t in enumerate(tools):
+        f = t.get("function") if isinstance(t, dict) and t.get("type", "function") == "function" else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not f["name"]:
+            raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
+                             f"tools[{i}]")
+        p = f.get("parameters") or {}
+        props = p.get("properties") or {} if isinstance(p, dict) else None
+        if not isinstance(props, dict):
+            raise BadRequest(f"tools[{i}].function.parameters.properties must be an object",
+                             f"tools[{i}].function.parameters")
+        # The strict parser checks a string JSON type; anything richer is accepted as any value.
+        clean = {k: {kk: vv for kk, vv in (v if isinstance(v, dict) else {}).items()
+                     if kk != "type" or isinstance(vv, str)} for k, v in props.items()}
+        req = p.get("required") or ()
+        specs.append(ToolSpec(f["name"], str(f.get("description") or ""), clean,
+                              tuple(r for r in req if isinstance(r, str))))
+    return tuple(specs)
+
+
+def _content(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for j, part in enumerate(value):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise BadRequest("only text content parts are supported", f"{where}.content[{j}]")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise BadRequest("content must be a string or a list of text parts", f"{where}.content")
+
+
+def _messages(messages: Any, raw_text: dict[str, str]) -> list[dict[str, str]]:
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list", "messages")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise BadRequest(f"role must be one of {', '.join(ROLES)}", f"{where}.role")
+        role = ROLES[m["role"]]
+        text = _content(m.get("content"), where)
+        if role == "assistant" and m.get("tool_calls"):
+            text = _assistant_text(text, m["tool_calls"], raw_text, where)
+        out.append({"role": role, "content": text})
+    return out
+
+
+def _assistant_text(content: str, calls: Any, raw_text: dict[str, str], where: str) -> str:
+    """The text an assistant message with tool calls stood for: the model's own, when known."""
+    if not isinstance(calls, list):
+        raise BadRequest("tool_calls must be a list", f"{where}.tool_calls")
+    for c in calls:
+        if isinstance(c, dict) and c.get("id") in raw_text:
+            return raw_text[c["id"]]
+    pieces = [content] if content else []
+    for j, c in enumerate(calls):
+        f = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise BadRequest("a tool call needs function.name", f"{where}.tool_calls[{j}]")
+        try:
+            args = json.loads(f.get("arguments") or "{}")
+        except (TypeError, json.JSONDecodeError):
+            raise BadRequest("function.arguments must be a JSON string", f"{where}.tool_calls[{j}]") from None
+        body = json.dumps({"name": f["name"], "arguments": args}, ensure_ascii=False)
+        pieces.append(f"{OPEN}{body}{CLOSE}")
+    return "\n".join(pieces)
+
+
+def render_prompt(renderer: ChatRenderer, req: ChatRequest, cap: int) -> list[int]:
+    """The prompt ids the model is given (what the event logs as prompt_ids)."""
+    try:
+        ids = renderer.render(req.messages, add_generation_prompt=True)
+    except InputError as e:
+        raise BadRequest(str(e), "messages") from None
+    except Exception as e:  # a Jinja template error on these messages
+        raise BadRequest(f"the chat template cannot render these messages: {e}", "messages") from None
+    if len(ids) > cap:
+        raise BadRequest(f"the prompt renders to {len(ids)} tokens, over this gateway's cap {cap}",
+                         "messages", status=400)
+    return ids
+
+
+# --- responses ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """One finished completion: what the response says and what the events log."""
+
+    request_id: str
+    sample_id: str
+    session_id: str
+    episode_id: str
+    turn: int
+    checkpoint_id: str
+    role: str
+    prompt_ids: list[int]
+    gen: Generation
+    text: str
+    parsed: ParsedCompletion
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def call_id(self, i: int) -> str:
+        return f"{self.sample_id}-c{i}"
+
+    def headers(self) -> dict[str, str]:
+        return {"X-Session-Id": self.session_id, "X-Episode-Id": self.episode_id,
+                "X-Sample-Id": self.sample_id, "X-Checkpoint-Id": self.checkpoint_id,
+                "X-Request-Id": self.request_id}
+
+    def message(self) -> tuple[str | None, list[dict[str, Any]], str]:
+        """(content, tool_calls, finish_reason): valid calls lifted out, invalid ones left as text."""
+        calls = [(i, c) for i, c in enumerate(self.parsed.calls) if c.valid]
+        content = self.text
+        for _, c in sorted(calls, key=lambda ic: -ic[1].span[0]):
+            content = content[: c.span[0]] + content[c.span[1]:]
+        tool_calls = [{"id": self.call_id(i), "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments_json}} for i, c in calls]
+        if tool_calls:
+            content = content.strip()
+        reason = "tool_calls" if tool_calls else ("length" if self.gen.finish_reason == "length" else "stop")
+        return (content or None) if tool_calls else content, tool_calls, reason
+
+    def usage(self) -> dict[str, int]:
+        n_in, n_out = len(self.prompt_ids), len(self.gen.token_ids)
+        return {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+
+
+def response_body(r: Result, model: str) -> dict[str, Any]:
+    content, tool_calls, reason = r.message()
+    msg: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        msg["tool_calls"] = tool_calls
+    return {"id": f"chatcmpl-{r.sample_id}", "object": "chat.completion", "created": r.created,
+            "model": model, "system_fingerprint": r.checkpoint_id,
+            "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": reason}],
+            "usage": r.usage()}
+
+
+def stream_chunks(r: Result, model: str, include_usage: bool) -> list[dict[str, Any]]:
+    """The SSE chunks of a finished completion (the backends do not stream tokens)."""
+    content, tool_calls, reason = r.message()
+    base = {"id": f"chatcmpl-{r.sample_id}", "object": "chat.completion.chunk", "created": r.created,
+            "model": model, "system_fingerprint": r.checkpoint_id}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    if content:
+        out.append(chunk({"content": content}))
+    if tool_calls:
+        out.append(chunk({"tool_calls": [{"index": k, **tc} for k, tc in enumerate(tool_calls)]}))
+    out.append(chunk({}, reason))
+    if include_usage:
+        out.append({**base, "choices": [], "usage": r.usage()})
+    return out
+
+
+def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `completion` event (and one `tool_result` per invalid call) in collect's schema."""
+    ts = iso(time.time() * 1000)
+    calls = r.parsed.calls
+    ev = {
+        "event_id": f"{r.sample_id}-completion", "type": "completion", "ts": ts,
+        "session_id": r.session_id, "episode_id": r.episode_id, "sample_id": r.sample_id,
+        "turn": r.turn, "policy_version": r.checkpoint_id, "prompt_ids": r.prompt_ids,
+        "completion_ids": r.gen.token_ids, "completion_logprobs": r.gen.logprobs,
+        "completion_text": r.text,
+        "tool_calls": [{"call_id": r.call_id(i), "name": c.name, "arguments": c.arguments_json}
+                       for i, c in enumerate(calls)],
+        "latency_ms": round(float(r.gen.latency_ms), 3), "temperature": sampling["temperature"],
+        # Extensions collect ignores today; what a correction of truncated sampling would need.
+        "top_p": sampling["top_p"], "seed": sampling["seed"], "sampling": sampling,
+        "finish_reason": r.gen.finish_reason, "request_id": r.request_id, "served_as": r.role,
+        "n_unlisted_calls": r.parsed.n_unlisted,
+    }
+    out = [ev]
+    for i, c in enumerate(calls):
+        if not c.valid:
+            out.append({"event_id": f"{r.call_id(i)}-result", "type": "tool_result", "ts": ts,
+                        "session_id": r.session_id, "sample_id": r.sample_id, "call_id": r.call_id(i),
+                        "status": "invalid", "error": f"{c.code}: {c.reason}", "duration_ms": 0.0})
+    return out
+
+
+def parse_generation(renderer: ChatRenderer, gen: Generation, tools: tuple[ToolSpec, ...]) -> tuple[str, ParsedCompletion]:
+    text = renderer.completion_text(gen.token_ids)
+    return text, parse_completion(text, tools)
+
+
+def episode_and_turn(messages: list[dict[str, str]], session_id: str, episode_id: str | None) -> tuple[str, int]:
+    """Default episode: the k-th user message of the session; turn: model calls since it."""
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    last = users[-1] if users else -1
+    turn = sum(1 for m in messages[last + 1:] if m["role"] == "assistant")
+    return episode_id or f"{session_id}-e{max(0, len(users) - 1)}", turn

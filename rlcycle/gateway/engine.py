@@ -1,0 +1,288 @@
+"""What serves the gateway's requests: loaded checkpoints, the alias router, reloads and canary.
+
+In: a `GatewayConfig` (alias, registry, upstream or in-process options). Out: `Models`, whose
+`acquire(session_id)` hands a request the `Engine` that serves it (production, or `candidate`
+for a sticky canary share of sessions) and `release` gives it back.
+
+An `Engine` is one checkpoint: its id (logged as `policy_version` and sent as the
+`X-Checkpoint-Id` header), its tokenizer's `ChatRenderer`s (one per tool set), and a backend:
+- in-process: an `HFPolicy` behind a batching thread (as `rlcycle serve` batches: take what is
+  queued, up to `max_batch_size`, waiting at most `batch_wait_ms`, one `generate` for all);
+- upstream: `HTTPPolicy` against an OpenAI-compatible completions server (token ids in, token
+  ids and logprobs out), which batches on its side.
+
+Reloads (`Models.reload`, called by POST /v1/rlcycle/reload and by the registry watcher): the
+aliases are resolved again; a checkpoint that changed is loaded *before* anything is swapped,
+then the router switches in one assignment. A request holds its engine from `acquire` to
+`release`, so in-flight requests finish on the old checkpoint; an engine that has been
+replaced is closed when its last request releases it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlcycle.errors import RlcycleError
+from rlcycle.gateway.config import GatewayConfig
+from rlcycle.harness.render import ChatRenderer
+from rlcycle.harness.tools import ToolSpec
+from rlcycle.policy.base import Generation, SamplingParams
+from rlcycle.policy.registry import Registry, checkpoint_id
+
+
+@dataclass
+class _Job:
+    prompt: list[int]
+    params: SamplingParams
+    future: Future
+
+
+class Engine:
+    """One checkpoint that serves requests (see the module docstring)."""
+
+    def __init__(self, cid: str, path: Path, policy: Any, tokenizer: Any, config: GatewayConfig,
+                 role: str = "production", in_process: bool = True):
+        self.checkpoint_id = cid
+        self.path = path
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.role = role
+        self.in_process = in_process
+        self.config = config
+        self.inflight = 0
+        self.retired = False
+        self._renderers: OrderedDict[str, ChatRenderer] = OrderedDict()
+        self._lock = threading.Lock()
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        if in_process:
+            self._worker = threading.Thread(target=self._batch_loop, name=f"gw-batch-{cid[:15]}", daemon=True)
+            self._worker.start()
+        else:
+            self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gw-upstream")
+
+    def renderer(self, tools: tuple[ToolSpec, ...]) -> ChatRenderer:
+        """The renderer for one tool set (cached: a request's tools are usually the last one's)."""
+        key = json.dumps([t.openai() for t in tools], sort_keys=True)
+        with self._lock:
+            r = self._renderers.get(key)
+            if r is not None:
+                self._renderers.move_to_end(key)
+                return r
+        r = ChatRenderer(self.tokenizer, tools=tools)
+        with self._lock:
+            self._renderers[key] = r
+            while len(self._renderers) > 64:
+                self._renderers.popitem(last=False)
+        return r
+
+    def submit(self, prompt: list[int], params: SamplingParams) -> Future:
+        """Queue one prompt; the Future resolves to its Generation."""
+        fut: Future = Future()
+        if self.in_process:
+            self._jobs.put(_Job(prompt, params, fut))
+        else:
+            return self._pool.submit(self._upstream_one, prompt, params)
+        return fut
+
+    def _upstream_one(self, prompt: list[int], params: SamplingParams) -> Generation:
+        start = time.perf_counter()
+        [gen] = self.policy.generate([prompt], params)
+        gen.latency_ms = (time.perf_counter() - start) * 1000.0
+        return gen
+
+    def _batch_loop(self) -> None:
+        wait_s = self.config.batch_wait_ms / 1000.0
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            batch = [job]
+            deadline = time.monotonic() + wait_s
+            while len(batch) < self.config.max_batch_size:
+                try:
+                    nxt = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._jobs.put(None)  # stop after this batch
+                    break
+                batch.append(nxt)
+            try:
+                gens = self.policy.generate([j.prompt for j in batch], [j.params for j in batch])
+            except Exception as e:  # every waiting request gets the error
+                for j in batch:
+                    j.future.set_exception(e)
+                continue
+            for j, g in zip(batch, gens, strict=True):
+                j.future.set_result(g)
+
+    def close(self) -> None:
+        """Stop the worker and release the model (called once nothing is in flight)."""
+        if self.in_process:
+            self._jobs.put(None)
+        else:
+            self._pool.shutdown(wait=False)
+        self.policy.close()
+
+
+def session_bucket(session_id: str) -> float:
+    """A session's fixed point in [0, 1): the canary takes sessions below its fraction."""
+    return int.from_bytes(hashlib.sha256(session_id.encode()).digest()[:8], "big") / 2**64
+
+
+class Models:
+    """The router: alias → engine, canary share, reloads and the registry watcher."""
+
+    def __init__(self, config: GatewayConfig, registry: Registry | None = None):
+        self.config = config
+        self.registry = registry or Registry(config.registry)
+        self.primary: Engine | None = None
+        self.candidate: Engine | None = None
+        self.canary_fraction = 0.0
+        self.reloads = 0
+        self._lock = threading.Lock()  # acquire/release/swap
+        self._reload_lock = threading.Lock()  # one reload at a time
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._state_sig: tuple[int, int] | None = None
+        self.reload()
+
+    # --- requests -------------------------------------------------------------------------
+    def acquire(self, session_id: str) -> Engine:
+        with self._lock:
+            engine = self.primary
+            if self.candidate is not None and session_bucket(session_id) < self.canary_fraction:
+                engine = self.candidate
+            assert engine is not None
+            engine.inflight += 1
+            return engine
+
+    def release(self, engine: Engine) -> None:
+        with self._lock:
+            engine.inflight -= 1
+            done = engine.retired and engine.inflight == 0
+        if done:
+            engine.close()
+
+    # --- loading --------------------------------------------------------------------------
+    def _resolve(self, ref: str) -> tuple[str, Path]:
+        path = self.registry.resolve(ref)
+        stored = self.registry.ckpts / path.name
+        cid = path.name if path.parent == self.registry.ckpts and stored.is_dir() else checkpoint_id(path)
+        return cid, path
+
+    def _load(self, cid: str, path: Path, role: str) -> Engine:
+        from transformers import AutoTokenizer
+
+        c = self.config
+        if c.upstream:
+            from rlcycle.policy.http import HTTPPolicy, HTTPPolicyConfig
+
+            policy = HTTPPolicy(c.upstream, HTTPPolicyConfig(api_key=c.upstream_api_key, max_concurrency=64))
+            return Engine(cid, path, policy, AutoTokenizer.from_pretrained(str(path)), c, role, in_process=False)
+        from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
+
+        pcfg = HFPolicyConfig(device=c.device, dtype=c.dtype, max_batch_size=c.max_batch_size,
+                              num_threads=c.num_threads)
+        policy = HFPolicy.from_pretrained(path, pcfg)
+        return Engine(cid, path, policy, policy.tokenizer, c, role)
+
+    def _canary(self, aliases: dict[str, str], state: dict[str, Any]) -> float:
+        if self.config.canary_fraction is not None:
+            return self.config.canary_fraction
+        canary = state.get("canary") or {}
+        if canary.get("alias", "production") == self.config.alias and "candidate" in aliases:
+            return float(canary.get("fraction") or 0.0)
+        return 0.0
+
+    def reload(self) -> dict[str, Any]:
+        """Resolve the aliases again; load what changed, then swap (in-flight requests finish)."""
+        with self._reload_lock:
+            self._state_sig = self._signature()
+            state = self.registry.state()
+            aliases = dict(state.get("aliases") or {})
+            cid, path = self._resolve(self.config.alias)
+            fraction = self._canary(aliases, state)
+            if fraction > 0 and self.config.upstream:
+                from rlcycle import console
+
+                console.warn("gateway: a canary needs the in-process backend (one upstream serves one "
+                             "checkpoint); all traffic goes to the upstream")
+                fraction = 0.0
+            cand = self._resolve("candidate") if fraction > 0 and "candidate" in aliases else None
+            primary = self._reuse_or_load(cid, path, "production")
+            candidate = self._reuse_or_load(*cand, "candidate") if cand else None
+            old = [e for e in (self.primary, self.candidate) if e is not None and e not in (primary, candidate)]
+            first = self.primary is None
+            with self._lock:
+                changed = (self.primary is not primary) or (self.candidate is not candidate)
+                self.primary, self.candidate = primary, candidate
+                self.canary_fraction = fraction if candidate is not None else 0.0
+                idle = []
+                for e in old:
+                    e.retired = True
+                    if e.inflight == 0:
+                        idle.append(e)
+            for e in idle:
+                e.close()
+            self.reloads += changed and not first
+            return self.describe() | {"changed": changed}
+
+    def _reuse_or_load(self, cid: str, path: Path, role: str) -> Engine:
+        for e in (self.primary, self.candidate):
+            if e is not None and e.checkpoint_id == cid:
+                e.role = role
+                return e
+        return self._load(cid, path, role)
+
+    def describe(self) -> dict[str, Any]:
+        p, c = self.primary, self.candidate
+        return {"alias": self.config.alias, "checkpoint_id": p.checkpoint_id if p else None,
+                "candidate_id": c.checkpoint_id if c else None, "canary_fraction": self.canary_fraction,
+                "upstream": self.config.upstream, "reloads": self.reloads}
+
+    # --- watching the registry ----------------------------------------------------------------
+    def _signature(self) -> tuple[int, int] | None:
+        try:
+            st = (self.registry.root / "state.json").stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def start_watch(self) -> None:
+        if self.config.watch_interval_s <= 0 or self._watcher is not None:
+            return
+        self._watcher = threading.Thread(target=self._watch, name="gw-registry-watch", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        from rlcycle import console
+
+        while not self._stop.wait(self.config.watch_interval_s):
+            if self._signature() == self._state_sig:
+                continue
+            try:
+                info = self.reload()
+                if info["changed"]:
+                    console.info(f"gateway: now serving {info['checkpoint_id']}"
+                                 + (f" (canary {info['candidate_id']} at {info['canary_fraction']:g})"
+                                    if info["candidate_id"] else ""))
+            except (RlcycleError, OSError, ValueError) as e:  # keep serving the old checkpoint
+                console.warn(f"gateway: reload failed, still serving the old checkpoint: {e}")
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            engines = [e for e in (self.primary, self.candidate) if e is not None]
+            self.primary = self.candidate = None
+        for e in engines:
+            e.close()
