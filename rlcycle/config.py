@@ -169,6 +169,13 @@ def resolve(
     problems: list[str] = []
     for origin, layer in layers:
         for key, raw in layer.items():
+            head, dot, sub = key.partition(".")
+            if dot and sub and head in names and typing.get_origin(hints[head]) is dict:
+                # `lora.r=16`: one key of a table-valued field, merged over what is there.
+                table = values.get(head)
+                values[head] = table = dict(_field_default(cls, head) if table is None else table)
+                table[sub] = _toml_value(raw) if origin == "--set" else raw
+                continue
             if key not in names:
                 close = _closest(key, names)
                 problems.append(
@@ -194,6 +201,21 @@ def resolve(
                 hint="fix the values above (defaults < --config < --set < flags)",
             )
     return obj
+
+
+def _field_default(cls: type, name: str) -> dict[str, Any]:
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if field.default_factory is not dataclasses.MISSING:
+        return dict(field.default_factory())
+    return dict(field.default) if isinstance(field.default, dict) else {}
+
+
+def _toml_value(raw: str) -> Any:
+    """A `--set table.key=value` value read as TOML (16, 1e-4, true, "x"), else the string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
 
 
 def save_resolved(obj: Any, path: str | Path) -> None:

@@ -274,3 +274,20 @@ def test_existing_output_is_refused(base, examples, tmp_path):
 
     assert json.loads((tmp_path / "ck" / "config.json").read_text())["dtype"] == "bfloat16"
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "ck").dtype == torch.bfloat16
+
+
+def test_dr_grpo_m_defaults_to_the_logged_max_new_tokens(base, base_id, tmp_path):
+    rows = make_rows(4, seed=5)
+    longest = max(len(c) for c in rows["completion_ids"])
+    plain = write_examples(tmp_path / "a.arrow", base, rows, versions=[base_id] * 4)
+    logged = write_examples(tmp_path / "b.arrow", base, rows, versions=[base_id] * 4,
+                            max_new_tokens=[32, 48, None, 32])  # fmt: skip
+    cfg = tiny(objective="dr_grpo")
+    ex_plain = D.load_examples([str(plain)], cfg, [base_id], VOCAB)
+    ex_logged = D.load_examples([str(logged)], cfg, [base_id], VOCAB)
+    assert D.max_completion_tokens(ex_plain, cfg) == longest  # nothing logged: the data's longest
+    assert D.max_completion_tokens(ex_logged, cfg) == 48  # the sampler's limit (largest logged)
+    assert D.max_completion_tokens(ex_logged, tiny(objective="dr_grpo", max_completion_tokens=7)) == 7
+    # and it is the M of the constant normaliser: ν = 1 / (S · M)
+    nu = D.normalisers(ex_logged, np.arange(4), "constant", D.max_completion_tokens(ex_logged, cfg))
+    assert nu == pytest.approx([1 / (4 * 48)] * 4)

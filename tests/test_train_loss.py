@@ -139,3 +139,65 @@ def test_masked_tokens_contribute_nothing():
     assert loss == pytest.approx(-2.2 / 3)
     assert grad[2] == 0.0
     assert m["ratio_max"] == pytest.approx(1.25)
+
+
+def test_overflowing_kl_on_a_masked_token_is_not_nan():
+    # t3 is loss-masked and its δ = ℓ - ℓ_ref = ln 0.2 - 0 - 100 < -88.7: exp(-δ) overflows
+    # float32 (inf). Masking by multiplication gave inf·0 = NaN in the loss, the kl stat and the
+    # gradient; selection keeps the loss that of t1, t2 alone.
+    logp = torch.tensor([math.log(p) for p in PI], dtype=torch.float32, requires_grad=True)
+    ref = torch.tensor([math.log(0.5), math.log(0.6), math.log(0.2) + 100.0], dtype=torch.float32)
+    b = TokenBatch(
+        logp=logp,
+        behavior_logp=torch.tensor([math.log(p) for p in MU], dtype=torch.float32),
+        advantage=torch.tensor(ADV, dtype=torch.float32),
+        coef=torch.tensor([1 / 3, 1 / 3, 0.0]),
+        mask=torch.tensor([1.0, 1.0, 0.0]),
+        ref_logp=ref,
+    )
+    assert math.isinf(kl_estimate((logp - ref)[2:], "k3").item())  # the overflow is real
+    for est in ("k1", "k2", "k3", "k3_ratio"):
+        logp.grad = None
+        loss, sums, maxes = micro_loss(b, LossSettings(is_mode="none", kl_coef=0.1, kl_estimator=est))
+        loss.backward()
+        m = summarize(sums, maxes)
+        assert math.isfinite(loss.item()) and math.isfinite(m["kl_loss"]) and math.isfinite(m["kl_ref"]), est
+        assert torch.isfinite(logp.grad).all() and logp.grad[2].item() == 0.0, est
+    # k3 on t1, t2 (δ = 0, -ln 2): 0 + (2 - 1 - ln 2); k3_ref is over loss tokens (2)
+    assert m["kl_ref"] == pytest.approx((1 - math.log(2)) / 2, rel=1e-5)
+
+
+def test_k3_ratio_is_k3_times_the_importance_ratio():
+    # k3_ratio_t = r_t · k3_t, r_t = π_θ/μ = [1.25, 1, 2] with gradient through both factors:
+    # ∂(r·k3)/∂ℓ = r·k3 + r·(1 - e^{-δ}) = r·δ   (k3 + 1 - e^{-δ} = δ)
+    ref = [0.5, 0.6, 0.1]
+    r = [p / q for p, q in zip(PI, MU, strict=True)]
+    delta = [math.log(p / q) for p, q in zip(PI, ref, strict=True)]
+    k3 = [math.exp(-d) - 1 + d for d in delta]
+    beta = 0.1
+    b = batch(TOKEN, ref=ref)
+    b.advantage = torch.zeros(3, dtype=torch.float64)  # the KL term alone
+    loss, grad, m = loss_and_grad(b, LossSettings(is_mode="none", kl_coef=beta, kl_estimator="k3_ratio"))
+    assert loss == pytest.approx(beta * sum(ri * ki for ri, ki in zip(r, k3, strict=True)) / 3)
+    assert grad == pytest.approx([beta * ri * di / 3 for ri, di in zip(r, delta, strict=True)])
+    # plain k3's gradient is (1 - e^{-δ}) per token (forward KL's direction)
+    b = batch(TOKEN, ref=ref)
+    b.advantage = torch.zeros(3, dtype=torch.float64)
+    _, grad3, _ = loss_and_grad(b, LossSettings(is_mode="none", kl_coef=beta, kl_estimator="k3"))
+    assert grad3 == pytest.approx([beta * (1 - math.exp(-d)) / 3 for d in delta])
+
+
+def test_truncate_keeps_the_gradient_past_the_log_ratio_clamp():
+    # t3 with log r = 25 > 20 (the clamp) and A = -1: truncate caps the weight at C = 2, so the
+    # token's loss is +C·|A|·ν and its gradient C·|A|·ν = 2/3, not 0 (a hard clamp's).
+    b = batch(TOKEN)
+    b.behavior_logp = b.behavior_logp.clone()
+    b.behavior_logp[2] = b.logp.detach()[2] - 25.0
+    loss, grad, m = loss_and_grad(b, LossSettings(is_mode="truncate", is_cap=2.0))
+    assert grad[2] == pytest.approx(2.0 / 3)
+    assert loss == pytest.approx((-1.2 - 1.0 + 2.0) / 3)
+    assert m["ratio_max"] == pytest.approx(math.exp(20.0), rel=1e-6)  # the value is clamped
+    # none: the clamp stops the gradient (documented); the value stays finite
+    b.logp.grad = None
+    _, grad_none, _ = loss_and_grad(b, LossSettings(is_mode="none"))
+    assert grad_none[2] == 0.0

@@ -12,6 +12,8 @@ byte for byte from the base, and `rlcycle.json`:
     data      [{path, sha256}] of the examples files
     config    the resolved TrainConfig
     metrics   the run's summary
+    adapter   with LoRA (lora.r > 0) only: {dir, r, alpha, target_modules}; OUT/adapter/ holds
+              adapter_model.safetensors + adapter_config.json (peft's format; docs/lora.md)
     created   RFC 3339 UTC
 
 The directory appears whole or not at all: it is written under a temp name beside OUT and
@@ -130,8 +132,8 @@ def write_checkpoint(model, state_dict: dict, base: BaseInfo, out: Path, meta: d
                      dtype, extra_files: dict[str, Path] | None = None) -> str:  # fmt: skip
     """Save `state_dict` with `model`'s config into `out` atomically; return the content id.
 
-    Main process only. `extra_files` (name -> path) are moved into the directory first (e.g.
-    train_metrics.arrow); rlcycle.json is written last.
+    Main process only. `extra_files` (name -> path, a file or a directory) are moved into the
+    directory first (e.g. train_metrics.arrow, the LoRA `adapter/`); rlcycle.json is written last.
     """
     with rio.atomic_dir(out) as tmp:
         sd = {k: v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu()
@@ -142,8 +144,8 @@ def write_checkpoint(model, state_dict: dict, base: BaseInfo, out: Path, meta: d
             shutil.copy2(base.path / name, tmp / name)
         for name, src in (extra_files or {}).items():
             shutil.move(str(src), tmp / name)
-        for f in tmp.iterdir():  # temp-file helpers create 0600 files; a checkpoint is shared
-            f.chmod(0o644)
+        for f in tmp.rglob("*"):  # temp-file helpers create 0600 files; a checkpoint is shared
+            f.chmod(0o755 if f.is_dir() else 0o644)
         ckpt_id = content_id(tmp)
         lineage = list(base.lineage) + ([] if digest.same_checkpoint(ckpt_id, base.lineage[-1]) else [ckpt_id])
         doc = {"format": FORMAT, "id": ckpt_id, "parent": base.id, "lineage": lineage, **meta,

@@ -6,7 +6,9 @@ Precedence (rlcycle.config.resolve): defaults < `--config` TOML (`[train]` table
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from rlcycle.config import cfg, check_range
 
@@ -15,8 +17,10 @@ NORMALIZATIONS = ("token", "sequence", "constant")
 # The normalisation each objective uses unless `normalization` overrides it (see loss.py).
 DEFAULT_NORMALIZATION = {"ppo": "token", "grpo": "sequence", "dr_grpo": "constant", "cispo": "token"}
 IS_MODES = ("none", "truncate", "mask")
-KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_ESTIMATORS = ("k1", "k2", "k3", "k3_ratio")
 BATCHING = ("packed", "bucketed", "padded")
+# LoRA keys (`--set lora.r=16`, or a `[train.lora]` table) and their defaults; docs/lora.md.
+LORA_DEFAULTS: dict[str, Any] = {"r": 0, "alpha": None, "dropout": 0.0, "target_modules": ["all-linear"]}
 
 
 @dataclass
@@ -40,10 +44,15 @@ class TrainConfig:
     is_cap: float = cfg(2.0, help="Upper cap C of the importance ratio (truncate/mask; CISPO's 1 + eps_high).")
     is_floor: float = cfg(0.0, help="mask mode only: tokens with a ratio below this are masked too (0 = no floor).")
     max_completion_tokens: int = cfg(
-        0, help="Dr. GRPO constant: the per-sequence token budget in the divisor (0 = the longest completion in the data)."
+        0, help="Dr. GRPO constant: the per-sequence token budget in the divisor (0 = the sampler's "
+        "max_new_tokens when the examples carry it, else the longest completion in the data)."
     )
     kl_coef: float = cfg(0.0, help="Weight of the KL penalty to the base policy (0 = off; needs a second model copy).")
-    kl_estimator: str = cfg("k3", help="KL estimator on sampled tokens: k1, k2 or k3.")
+    kl_estimator: str = cfg(
+        "k3",
+        help="KL estimator on sampled tokens: k1, k2, k3 or k3_ratio (k3 x the importance ratio, TRL's; "
+        "gradient of the reverse KL; see docs/train.md).",
+    )
     use_sample_temperature: bool = cfg(
         False,
         help="Divide logits by each row's `temperature` column before log-softmax (set when the "
@@ -87,6 +96,13 @@ class TrainConfig:
     attn_implementation: str = cfg("sdpa", help="transformers attention: sdpa, eager or flash_attention_2.")
     save_dtype: str = cfg("base", help="dtype of the saved weights: base (as the base checkpoint), fp32 or bf16.")
     cpu: bool = cfg(False, help="Train on CPU even when a GPU is visible.")
+    lora: dict[str, Any] = cfg(
+        dict(LORA_DEFAULTS),
+        help="LoRA adapters via peft (pip install 'rlcycle[lora]'): r (rank, 0 = off: full "
+        "fine-tune), alpha (scale alpha/r; none = 2r), dropout, target_modules (comma list of "
+        "module names, or all-linear); e.g. --set lora.r=16 --set lora.target_modules=q_proj,v_proj. "
+        "See docs/lora.md.",
+    )
     # --- reproducibility and resume ---------------------------------------------------------
     seed: int = cfg(0, help="Seed of the data order and every RNG.")
     save_every: int = cfg(50, help="Save resumable state every this many steps (0 = never).")
@@ -96,6 +112,23 @@ class TrainConfig:
     stop_after: int | None = cfg(
         None, help="Stop after this many steps as if killed, without a checkpoint (resume drills, tests)."
     )
+
+    def __post_init__(self) -> None:
+        # Fill the LoRA table with its defaults and coerce `--set` strings (validate() reports
+        # what cannot be coerced), so equal settings compare and fingerprint equal.
+        if isinstance(self.lora, dict):
+            self.lora = _lora_table(self.lora)
+
+    @property
+    def lora_r(self) -> int:
+        """The LoRA rank in force (0 = full fine-tune)."""
+        r = self.lora.get("r") if isinstance(self.lora, dict) else 0
+        return r if isinstance(r, int) and not isinstance(r, bool) else 0
+
+    @property
+    def lora_alpha(self) -> float:
+        alpha = self.lora.get("alpha")
+        return float(2 * self.lora_r if alpha is None else alpha)
 
     @property
     def norm(self) -> str:
@@ -129,7 +162,53 @@ class TrainConfig:
         check_range(p, self, ("max_steps", "stop_after"), ge=1, optional=True)
         check_range(p, self, ("lr", "kl_coef", "max_grad_norm", "weight_decay", "warmup_steps",
                               "max_completion_tokens", "save_every", "max_skipped_steps"), ge=0, finite=True)  # fmt: skip
+        _check_lora(p, self.lora)
         return p
+
+
+def _lora_table(table: dict[str, Any]) -> dict[str, Any]:
+    out = dict(LORA_DEFAULTS)
+    out.update(table)
+    for key, conv in (("r", int), ("dropout", float)):
+        if isinstance(out[key], str):
+            try:
+                out[key] = conv(out[key].strip())
+            except ValueError:
+                pass
+    if isinstance(out["dropout"], int) and not isinstance(out["dropout"], bool):
+        out["dropout"] = float(out["dropout"])
+    alpha = out["alpha"]
+    if isinstance(alpha, str):
+        try:
+            out["alpha"] = None if alpha.strip().lower() in ("", "none", "null") else float(alpha)
+        except ValueError:
+            pass
+    elif isinstance(alpha, int) and not isinstance(alpha, bool):
+        out["alpha"] = float(alpha)
+    mods = out["target_modules"]
+    if isinstance(mods, str):
+        out["target_modules"] = [m.strip() for m in mods.split(",") if m.strip()]
+    elif isinstance(mods, (list, tuple)):
+        out["target_modules"] = [str(m).strip() for m in mods]
+    return out
+
+
+def _check_lora(problems: list[str], lora: Any) -> None:
+    if not isinstance(lora, dict):
+        problems.append(f"lora={lora!r}: must be a table of {', '.join(LORA_DEFAULTS)}")
+        return
+    for key in lora:
+        if key not in LORA_DEFAULTS:
+            problems.append(f"lora.{key}: unknown key (LoRA keys: {', '.join(LORA_DEFAULTS)})")
+    r, alpha, dropout, mods = lora.get("r"), lora.get("alpha"), lora.get("dropout"), lora.get("target_modules")
+    if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+        problems.append(f"lora.r={r!r}: must be an integer >= 0 (0 = off)")
+    if alpha is not None and (not isinstance(alpha, float) or not math.isfinite(alpha) or alpha <= 0):
+        problems.append(f"lora.alpha={alpha!r}: must be a number > 0 (or none = 2r)")
+    if not isinstance(dropout, float) or not 0.0 <= dropout < 1.0:
+        problems.append(f"lora.dropout={dropout!r}: must be a number in [0, 1)")
+    if not isinstance(mods, list) or not mods or not all(isinstance(m, str) and m for m in mods):
+        problems.append(f"lora.target_modules={mods!r}: must be a non-empty list of module names (or all-linear)")
 
 
 def _choice(problems: list[str], name: str, value: str, allowed: tuple[str, ...]) -> None:

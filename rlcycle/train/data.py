@@ -68,6 +68,7 @@ OPTIONAL = {
     "excluded": pa.string(),
     "loss_mask": pa.list_(pa.int8()),
     "temperature": pa.float32(),
+    "max_new_tokens": pa.int32(),  # the sampler's per-call token limit (Dr. GRPO's M)
 }
 MIN_VERSION_PREFIX = 8
 
@@ -102,6 +103,7 @@ class Examples:
     dropped: Counter = field(default_factory=Counter)
     excluded_reasons: Counter = field(default_factory=Counter)
     version_counts: Counter = field(default_factory=Counter)
+    max_new_tokens: int | None = None  # the largest logged sampler limit of the usable rows
 
     def __len__(self) -> int:
         return len(self.advantage)
@@ -233,6 +235,9 @@ def load_examples(paths: list[str], config: TrainConfig, versions: list[str], vo
     ex.rows_in, ex.dropped = n, dropped
     ex.excluded_reasons = Counter(e for e in excluded if e is not None)
     ex.version_counts = Counter(v for i, v in enumerate(t["policy_version"].to_pylist()) if ok[i])
+    limits, limits_null = _floats(t["max_new_tokens"], 0.0)
+    logged = limits[keep][~limits_null[keep] & (limits[keep] > 0)]
+    ex.max_new_tokens = int(logged.max()) if len(logged) else None
     return ex
 
 
@@ -328,8 +333,11 @@ class Schedule:
 
 
 def max_completion_tokens(ex: Examples, config: TrainConfig) -> int:
-    """M of the Dr. GRPO constant: the config's, else the longest completion in the data."""
-    return config.max_completion_tokens or int(ex.completion.lengths.max(initial=1))
+    """M of the Dr. GRPO constant: the config's, else the sampler's logged `max_new_tokens`
+    (the largest over the usable rows; never below the longest completion), else the longest
+    completion in the data."""
+    longest = int(ex.completion.lengths.max(initial=1))
+    return config.max_completion_tokens or max(ex.max_new_tokens or 0, longest)
 
 
 def normalisers(ex: Examples, rows: np.ndarray, norm: str, m_tokens: int) -> np.ndarray:

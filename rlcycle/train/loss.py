@@ -15,7 +15,9 @@ The behaviour policy plays PPO's "old policy": it is the policy that produced th
 the trust region is measured from it. When the logs are on-policy and the sampler matches the
 trainer, r_t = 1 at the start; stale versions and sampler/trainer mismatch show up as r_t ≠ 1,
 which the clip and the importance-sampling (IS) safeguard below keep bounded. log r_t is clamped
-to [-20, 20] before exp so a wild token cannot overflow (its gradient is then zero).
+to [-20, 20] before exp so a wild token cannot overflow; under `truncate` the clamp is
+straight-through (value clamped, gradient kept), so such a token still gets min(r, C)·∇ℓ; under
+`none` and `mask` its gradient is zero.
 
 **IS safeguard** (`is_mode`, cap C = `is_cap`, floor F = `is_floor`):
 
@@ -58,9 +60,14 @@ wrong answers; its other half (no std-normalised advantages) belongs to distill.
 **Optional KL to the base policy** (`kl_coef` β > 0, `kl_estimator`), with δ_t = ℓ_t - sg(ℓ^ref_t):
 
     k1 = δ_t          k2 = δ_t² / 2          k3 = exp(-δ_t) - 1 + δ_t   (Schulman's estimators)
+    k3_ratio = r_t · k3_t   (r_t with gradient; TRL's GRPO KL term)
     L_t ← L_t + β · k_t
 
-estimated on the tokens the behaviour policy sampled (not re-sampled from π_θ).
+estimated on the tokens the behaviour policy sampled (not re-sampled from π_θ). Gradients, in
+expectation over on-policy samples: k1 → 0; k2 → ∇KL(π_θ‖π_ref) (reverse KL); k3 →
+∇KL(π_ref‖π_θ) (forward KL: ∇k3 = (1 - π_ref/π_θ)∇ℓ); k3_ratio → ∇KL(π_θ‖π_ref), off-policy too
+(∇(r·k3) = r·δ·∇ℓ). Tokens off the loss (mask 0, IS-masked) get L_t = 0 by selection, so an
+overflowing KL term there cannot turn the loss into NaN.
 
 **The micro-batch loss** is Σ_t c_t · L_t. Summed over every micro-batch of every process it is
 the global objective; under DDP/FSDP, whose all-reduce *averages* gradients, the training loop
@@ -132,19 +139,43 @@ class TokenBatch:
     ref_logp: torch.Tensor | None = None  # ℓ^ref_t when KL is on
 
 
-def kl_estimate(delta: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Schulman's k1/k2/k3 on δ = log π_θ - log π_ref at sampled tokens (per token)."""
+def kl_estimate(delta: torch.Tensor, estimator: str, log_r: torch.Tensor | None = None) -> torch.Tensor:
+    """Schulman's k1/k2/k3 on δ = log π_θ - log π_ref at sampled tokens (per token).
+
+    `k3_ratio` is k3 times the importance ratio r = exp(log_r) to the behaviour policy, with
+    gradient through r (TRL's GRPO KL): its gradient is the reverse KL's even off-policy.
+    """
     if estimator == "k1":
         return delta  # unbiased for KL's value, high variance, can be negative
     if estimator == "k2":
         return 0.5 * delta.pow(2)  # biased, low variance; its gradient is the KL's on-policy
     # k3 = (π_ref/π_θ) - 1 - log(π_ref/π_θ) with log(π_ref/π_θ) = -δ: unbiased and >= 0.
-    return torch.expm1(-delta) + delta
+    k3 = torch.expm1(-delta) + delta
+    if estimator == "k3_ratio":
+        if log_r is None:
+            raise ValueError("k3_ratio needs the log-ratio to the behaviour policy")
+        return torch.exp(log_r) * k3
+    return k3
+
+
+def _clamp_log_ratio(log_r: torch.Tensor, straight_through: bool) -> torch.Tensor:
+    """log r clamped to ±LOG_RATIO_CLAMP in value; with `straight_through` its gradient stays 1."""
+    clamped = log_r.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if not straight_through:
+        return clamped
+    return log_r + (clamped - log_r).detach()
 
 
 def token_losses(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Per-token losses L_t (before c_t) and the 0/1 indicator tensors the stats need."""
-    log_r = (b.logp - b.behavior_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    """Per-token losses L_t (before c_t) and the 0/1 indicator tensors the stats need.
+
+    Tokens outside the loss (m_t = 0, or dropped by the IS mask) get L_t = 0 by *selection*
+    (torch.where on a sanitised input), never by multiplying by 0: an overflowing term there
+    (inf) would otherwise turn the loss and its gradient into NaN.
+    """
+    # truncate: straight-through clamp, so a token past the clamp keeps the gradient
+    # min(r, C)·∇ℓ the truncation promises (the clamp only guards exp against overflow).
+    log_r = _clamp_log_ratio(b.logp - b.behavior_logp, s.is_mode == "truncate")
     r = torch.exp(log_r)
     r_sg = r.detach()
     adv = b.advantage
@@ -175,11 +206,15 @@ def token_losses(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, dict[str
         # Where the clip is active its branch is the min and the gradient is zero.
         flags["clip_low"] = ((adv < 0) & (r_sg < 1.0 - s.clip_low)).to(r.dtype)
         flags["clip_high"] = ((adv > 0) & (r_sg > 1.0 + s.clip_high)).to(r.dtype)
-    pg = pg * keep
+    on = (b.mask > 0) & (keep > 0)
+    pg = torch.where(on, pg, torch.zeros_like(pg))
     kl = torch.zeros_like(pg)
     if s.kl_coef > 0 and b.ref_logp is not None:
-        kl = s.kl_coef * kl_estimate(b.logp - b.ref_logp.detach(), s.kl_estimator)
-        kl = kl * keep
+        # Select before the estimator: exp(-δ) of a masked token may overflow, and inf·0 (value)
+        # or 0·inf (the gradient through torch.where) is NaN.
+        delta = torch.where(on, b.logp - b.ref_logp.detach(), torch.zeros_like(pg))
+        kl = s.kl_coef * kl_estimate(delta, s.kl_estimator, torch.where(on, log_r, torch.zeros_like(pg)))
+        kl = torch.where(on, kl, torch.zeros_like(kl))
     flags.update(log_r=log_r.detach(), r=r_sg, pg=pg.detach(), kl=kl.detach())
     return pg + kl, flags
 
@@ -191,9 +226,10 @@ def micro_loss(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tens
     with torch.no_grad():
         m = b.mask
         r, log_r = f["r"], f["log_r"]
-        k3_ref = (
-            kl_estimate(b.logp.detach() - b.ref_logp, "k3") if b.ref_logp is not None else torch.zeros_like(r)
-        )
+        on = m > 0
+        k3_ref = torch.zeros_like(r)
+        if b.ref_logp is not None:  # on loss tokens only (a masked token's k3 may be inf)
+            k3_ref = torch.where(on, kl_estimate(torch.where(on, b.logp.detach() - b.ref_logp, 0.0), "k3"), 0.0)
         sums = torch.stack([
             m.sum(),
             loss.detach(),
@@ -208,7 +244,6 @@ def micro_loss(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tens
             (m * f["is_clipped"]).sum(),
             (m * k3_ref).sum(),
         ])  # fmt: skip
-        on = m > 0
         big = torch.tensor(float("-inf"), dtype=r.dtype, device=r.device)
         maxes = torch.stack([
             torch.where(on, r, big).max() if r.numel() else big,

@@ -4,7 +4,9 @@ In:  `examples.arrow` (distill's output; one or more Arrow/Parquet files) and a 
      directory (HF format, with its tokenizer; `rlcycle.json` if rlcycle wrote it).
 Out: OUT/ — loadable by `AutoModelForCausalLM.from_pretrained(OUT)` as it is, with the base's
      tokenizer, `rlcycle.json` (id, parent, lineage, data hashes, config, metrics) and
-     `train_metrics.arrow` (one row per optimizer step); and a `TrainResult`.
+     `train_metrics.arrow` (one row per optimizer step); and a `TrainResult`. With LoRA
+     (lora.r > 0) only the adapters train; OUT/ holds the *merged* model as above plus
+     OUT/adapter/ (adapter_model.safetensors + adapter_config.json, peft's format; docs/lora.md).
 
     rlcycle train runs/demo/examples.arrow --base checkpoints/base -o runs/demo/checkpoint
 
@@ -39,6 +41,7 @@ from rlcycle.train import loop
 from rlcycle.train.config import TrainConfig
 
 METRICS_FILE = "train_metrics.arrow"
+ADAPTER_DIR = "adapter"  # OUT/adapter/: the LoRA adapter in peft's format (lora.r > 0)
 # KL(μ‖π) per token at step 1 above which the sampler and this base evidently differ.
 MISMATCH_WARN = 0.5
 # Config fields that do not change the result: a run may resume with them changed.
@@ -95,6 +98,8 @@ def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: s
     C.check_output(out, overwrite)
     base_info = C.read_base(base)
     model = loop.load_model(base_info.path, config)
+    if config.lora_r > 0:
+        model = apply_lora(model, config)
     vocab = model.get_input_embeddings().num_embeddings
     versions = list(config.policy_versions) or base_info.lineage
     ex = D.load_examples(paths, config, versions, vocab)
@@ -126,6 +131,9 @@ def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: s
     if not result.stopped:
         meta = {"stage": "train", "base": str(base_info.path), "data": data_hashes,
                 "config": dataclasses.asdict(config), "metrics": result.summary}  # fmt: skip
+        if config.lora_r > 0:
+            meta["adapter"] = {"dir": ADAPTER_DIR, "r": config.lora_r, "alpha": config.lora_alpha,
+                               "target_modules": list(config.lora["target_modules"])}  # fmt: skip
         _save(acc, model, base_info, out, meta, rows, config, result, metrics_path)
         if acc.is_main_process and not config.keep_state:
             shutil.rmtree(state_dir, ignore_errors=True)
@@ -197,8 +205,13 @@ def _save(acc, model, base_info: C.BaseInfo, out: Path, meta: dict, rows: list[d
     if config.gradient_checkpointing:
         disable = getattr(unwrapped, "activation_checkpointing_disable", None) or unwrapped.gradient_checkpointing_disable
         disable()
+    extra: dict[str, Path] = {}
+    if config.lora_r > 0:
+        # The adapter first (peft's files, loadable by PeftModel and vLLM), then the merged model.
+        extra[ADAPTER_DIR] = save_adapter(unwrapped, base_info, out)
+        unwrapped = unwrapped.merge_and_unload()
+        state_dict = unwrapped.state_dict()
     table = metrics_table(rows)
-    extra = {}
     if metrics_path:
         rio.write_table(table, metrics_path)
         result.metrics_path = metrics_path
@@ -206,15 +219,59 @@ def _save(acc, model, base_info: C.BaseInfo, out: Path, meta: dict, rows: list[d
         tmp = out.parent / f".{out.name}.{METRICS_FILE}"
         out.parent.mkdir(parents=True, exist_ok=True)
         rio.write_table(table, tmp)
-        extra = {METRICS_FILE: tmp}
+        extra[METRICS_FILE] = tmp
         result.metrics_path = str(out / METRICS_FILE)
     dtype = C.save_dtype(config.save_dtype, base_info)
     try:
         result.checkpoint_id = C.write_checkpoint(unwrapped, state_dict, base_info, out, meta, dtype, extra)
     finally:
         for tmp in extra.values():  # moved into OUT on success; left behind only on failure
-            Path(tmp).unlink(missing_ok=True)
+            if Path(tmp).is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                Path(tmp).unlink(missing_ok=True)
     result.output = str(out)
+
+
+def apply_lora(model, config: TrainConfig):
+    """Wrap `model` in peft LoRA adapters (only they train); InputError on a bad target module."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise RlcycleError(
+            f"lora.r={config.lora_r} needs peft, which is not installed",
+            hint="pip install 'rlcycle[lora]'  (or --set lora.r=0 for a full fine-tune)",
+        ) from None
+    mods = list(config.lora["target_modules"])
+    spec = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora["dropout"],
+                      target_modules="all-linear" if mods == ["all-linear"] else mods,
+                      bias="none", task_type="CAUSAL_LM")  # fmt: skip
+    try:
+        return get_peft_model(model, spec)
+    except ValueError as e:
+        import torch
+
+        linear = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
+                         if isinstance(m, torch.nn.Linear)})  # fmt: skip
+        raise InputError(
+            f"lora.target_modules={','.join(mods)}: {e}",
+            hint=f"this model's linear layers are named {', '.join(linear)} (or use all-linear)",
+        ) from None
+
+
+def save_adapter(peft_model, base_info: C.BaseInfo, out: Path) -> Path:
+    """peft's adapter files (adapter_model.safetensors, adapter_config.json) in a temp dir beside OUT."""
+    tmp = out.parent / f".{out.name}.{ADAPTER_DIR}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    peft_model.save_pretrained(str(tmp), safe_serialization=True)
+    # peft records the base's path as loaded; keep it absolute so the adapter finds its base.
+    cfg_path = tmp / "adapter_config.json"
+    doc = json.loads(cfg_path.read_text())
+    doc["base_model_name_or_path"] = str(base_info.path.resolve())
+    cfg_path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    (tmp / "README.md").unlink(missing_ok=True)  # peft's model-card template: not the adapter
+    return tmp
 
 
 def metrics_table(rows: list[dict]) -> pa.Table:

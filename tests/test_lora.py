@@ -1,0 +1,277 @@
+"""LoRA training (`lora.r > 0`, peft) on the tiny real Qwen2: merged checkpoint + adapter files.
+
+What is checked: lr 0 leaves the merged model equal to the base; a few LoRA steps move the
+logprobs of the fixed batch in the direction a full fine-tune does; OUT/adapter loads with
+peft and gives the merged model's logits; resume gives the uninterrupted weights; bad keys
+and a missing peft are clear errors.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from train_data import make_base, make_rows, write_examples
+
+from rlcycle.errors import InputError, RlcycleError
+from rlcycle.train import checkpoint as C
+from rlcycle.train import stage
+from rlcycle.train.config import TrainConfig
+
+pytest.importorskip("peft")
+
+LORA = {"r": 4, "target_modules": "q_proj,v_proj"}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lora")
+    base = make_base(root / "base")
+    rows = make_rows(8, seed=1)
+    ex = write_examples(root / "ex.arrow", base, rows, versions=[C.checkpoint_id(base)] * 8)
+    return base, ex, rows
+
+
+def tiny(**kw) -> TrainConfig:
+    defaults = dict(lr=1e-2, batch_size=8, micro_batch_tokens=64, max_seq_len=64, save_every=0)
+    return TrainConfig(**{**defaults, **kw})
+
+
+def weights(path) -> dict[str, torch.Tensor]:
+    return load_file(str(path / "model.safetensors"))
+
+
+def token_logprobs(model, rows) -> list[torch.Tensor]:
+    out = []
+    with torch.no_grad():
+        for p, c in zip(rows["prompt_ids"], rows["completion_ids"], strict=True):
+            logp = torch.log_softmax(model(torch.tensor([p + c])).logits[0].float(), -1)
+            pos = torch.arange(len(p) - 1, len(p) + len(c) - 1)
+            out.append(logp[pos, torch.tensor(c)])
+    return out
+
+
+def load(path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def mean_logprob_by_sign(path, rows) -> tuple[float, float]:
+    """(mean logprob of A > 0 tokens, of A < 0 tokens) under the checkpoint at `path`."""
+    lps = token_logprobs(load(path), rows)
+    pos = torch.cat([lp for lp, a in zip(lps, rows["advantage"], strict=True) if a > 0])
+    neg = torch.cat([lp for lp, a in zip(lps, rows["advantage"], strict=True) if a < 0])
+    return pos.mean().item(), neg.mean().item()
+
+
+def write_toml(path, lora: dict, **top) -> str:
+    lines = ["[train]"] + [f"{k} = {json.dumps(v)}" for k, v in top.items()] + ["", "[train.lora]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in lora.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def trained(inputs, tmp_path_factory):
+    """A full fine-tune and a LoRA run (through the CLI) of 3 steps on the same fixed batch."""
+    from conftest import run_cli
+
+    base, ex, _ = inputs
+    root = tmp_path_factory.mktemp("runs")
+    full = stage.run(tiny(epochs=3), ex, base, root / "full", quiet=True)
+    toml = write_toml(root / "lora.toml", {"r": 4, "target_modules": ["q_proj", "v_proj"]},
+                      lr=5e-2, batch_size=8, micro_batch_tokens=64, max_seq_len=64, save_every=0, epochs=3)  # fmt: skip
+    r = run_cli(
+        [
+            "train",
+            str(ex),
+            "--base",
+            str(base),
+            "-o",
+            str(root / "lora"),
+            "--config",
+            toml,
+            "--json",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    return full, json.loads(r.stdout), root
+
+
+def test_lr_zero_leaves_the_merged_model_equal_to_the_base(inputs, tmp_path):
+    base, ex, _ = inputs
+    r = stage.run(tiny(lr=0.0, lora=dict(LORA)), ex, base, tmp_path / "ck", quiet=True)
+    w0, w1 = weights(base), weights(tmp_path / "ck")
+    assert w0.keys() == w1.keys()  # merged: the base's own parameter names, no lora_A/lora_B
+    for k in w0:
+        assert torch.equal(w0[k], w1[k]), k
+    adapter = tmp_path / "ck" / stage.ADAPTER_DIR
+    assert sorted(p.name for p in adapter.iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    meta = json.loads((tmp_path / "ck" / "rlcycle.json").read_text())
+    assert meta["adapter"] == {
+        "dir": "adapter",
+        "r": 4,
+        "alpha": 8.0,
+        "target_modules": ["q_proj", "v_proj"],
+    }
+    assert meta["config"]["lora"]["r"] == 4 and meta["id"] == r.checkpoint_id == C.content_id(
+        tmp_path / "ck"
+    )
+
+
+def test_lora_steps_move_logprobs_like_a_full_fine_tune(inputs, trained):
+    base, _, rows = inputs
+    full, lora, root = trained
+    pos0, neg0 = mean_logprob_by_sign(base, rows)
+    pos_f, neg_f = mean_logprob_by_sign(root / "full", rows)
+    pos_l, neg_l = mean_logprob_by_sign(root / "lora", rows)
+    # Same sign of change as the full fine-tune: A > 0 tokens up, A < 0 tokens down.
+    assert pos_f > pos0 and neg_f < neg0
+    assert pos_l > pos0 and neg_l < neg0
+    # and the loss on the fixed batch falls over the steps in both runs
+    assert full.summary["loss_last"] < full.summary["loss_first"]
+    assert lora["summary"]["loss_last"] < lora["summary"]["loss_first"]
+    # only the adapters trained: the merged update is low-rank in the targeted layers only
+    w0, wl = weights(base), weights(root / "lora")
+    changed = {k for k in w0 if not torch.equal(w0[k], wl[k])}
+    assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in changed), changed
+    delta = (
+        wl["model.layers.0.self_attn.q_proj.weight"] - w0["model.layers.0.self_attn.q_proj.weight"]
+    )
+    assert torch.linalg.matrix_rank(delta, atol=1e-6).item() <= 4
+
+
+def test_adapter_loads_with_peft_and_gives_the_merged_logits(inputs, trained):
+    from peft import PeftModel
+
+    base, _, rows = inputs
+    root = trained[2]
+    adapter_dir = root / "lora" / stage.ADAPTER_DIR
+    cfg = json.loads((adapter_dir / "adapter_config.json").read_text())
+    assert cfg["r"] == 4 and sorted(cfg["target_modules"]) == ["q_proj", "v_proj"]
+    peft_model = PeftModel.from_pretrained(load(base), str(adapter_dir)).eval()
+    merged = load(root / "lora")
+    ids = torch.tensor([rows["prompt_ids"][0] + rows["completion_ids"][0]])
+    with torch.no_grad():
+        a, b, b0 = peft_model(ids).logits, merged(ids).logits, load(base)(ids).logits
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert (a - b0).abs().max().item() > 1e-4  # the adapter is not a no-op
+
+
+def test_resume_with_lora_ends_with_the_same_weights(inputs, tmp_path):
+    base, ex, _ = inputs
+    cfg = dict(batch_size=4, epochs=1, lora=dict(LORA))
+    stage.run(tiny(**cfg), ex, base, tmp_path / "a", quiet=True)
+    r = stage.run(tiny(**cfg, save_every=1, stop_after=1), ex, base, tmp_path / "b", quiet=True)
+    assert r.stopped and not (tmp_path / "b").exists()
+    r = stage.run(tiny(**cfg, save_every=1), ex, base, tmp_path / "b", quiet=True)
+    assert r.resumed_from == 1
+    wa, wb = weights(tmp_path / "a"), weights(tmp_path / "b")
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    ad_a = load_file(str(tmp_path / "a" / "adapter" / "adapter_model.safetensors"))
+    ad_b = load_file(str(tmp_path / "b" / "adapter" / "adapter_model.safetensors"))
+    assert ad_a.keys() == ad_b.keys() and all(torch.equal(ad_a[k], ad_b[k]) for k in ad_a)
+
+
+def test_bad_lora_keys_exit_2(cli, inputs, tmp_path):
+    base, ex, _ = inputs
+    bad = [({"r": -1}, "lora.r=-1"), ({"r": 4, "target_modules": ["nope_proj"]}, "lora.target_modules=nope_proj"),
+           ({"r": 4, "rank": 8}, "lora.rank: unknown key"), ({"r": 4, "dropout": 1.5}, "lora.dropout=1.5")]  # fmt: skip
+    for i, (lora, message) in enumerate(bad):
+        toml = write_toml(
+            tmp_path / f"bad{i}.toml", lora, batch_size=8, micro_batch_tokens=64, max_seq_len=64
+        )
+        r = cli(["train", ex, "--base", base, "-o", tmp_path / f"ck{i}", "--config", toml])
+        assert r.exit_code == 2, r.output
+        assert message in r.error, r.error
+        assert not (tmp_path / f"ck{i}").exists()
+    # the unknown module's error names the model's real linear layers
+    with pytest.raises(InputError) as e:
+        stage.run(
+            tiny(lora={"r": 4, "target_modules": "nope_proj"}), ex, base, tmp_path / "x", quiet=True
+        )
+    assert "q_proj" in e.value.hint
+
+
+def test_missing_peft_is_a_clear_error(inputs, tmp_path, monkeypatch):
+    base, ex, _ = inputs
+    monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` now raises ImportError
+    with pytest.raises(RlcycleError) as e:
+        stage.run(tiny(lora=dict(LORA)), ex, base, tmp_path / "ck", quiet=True)
+    assert "needs peft" in e.value.message and "pip install 'rlcycle[lora]'" in e.value.hint
+
+
+def test_lora_off_by_default_and_r_zero_is_a_full_fine_tune():
+    assert TrainConfig().lora_r == 0 and TrainConfig(lora={"r": "0"}).lora == TrainConfig().lora
+    c = TrainConfig(
+        lora={"r": "16", "target_modules": "q_proj,v_proj", "alpha": "32", "dropout": "0.05"}
+    )
+    assert c.validate() == [] and c.lora_r == 16 and c.lora_alpha == 32.0
+    assert c.lora["target_modules"] == ["q_proj", "v_proj"] and c.lora["dropout"] == 0.05
+    assert TrainConfig(lora={"r": 8}).lora_alpha == 16.0  # alpha defaults to 2r
+
+
+@pytest.mark.slow
+def test_two_processes_with_lora_equal_one_process(cli, inputs, tmp_path):
+    # The multi-process contract of tests/test_train_multiprocess.py, with adapters: SGD, so the
+    # update is the gradient itself; 2 torchrun processes through the CLI == 1 with accumulation.
+    base, ex, _ = inputs
+    common = dict(optimizer="sgd", lr=0.5, batch_size=3, epochs=1, max_seq_len=24, save_every=0)
+    stage.run(
+        tiny(**common, micro_batch_tokens=24, lora=dict(LORA)),
+        ex,
+        base,
+        tmp_path / "one",
+        quiet=True,
+    )
+    toml = write_toml(tmp_path / "two.toml", {"r": 4, "target_modules": ["q_proj", "v_proj"]},
+                      **common, micro_batch_tokens=512)  # fmt: skip
+    r = cli(
+        [
+            "train",
+            ex,
+            "--base",
+            base,
+            "-o",
+            tmp_path / "two",
+            "--config",
+            toml,
+            "--processes",
+            "2",
+            "--quiet",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    w0, w1, w2 = weights(base), weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert max((w1[k] - w0[k]).abs().max().item() for k in w0) > 1e-4  # the update is real
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4, msg=k)
+    a1 = load_file(str(tmp_path / "one" / "adapter" / "adapter_model.safetensors"))
+    a2 = load_file(str(tmp_path / "two" / "adapter" / "adapter_model.safetensors"))
+    for k in a1:
+        torch.testing.assert_close(a1[k], a2[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_set_dotted_keys_reach_the_lora_table(tmp_path):
+    """`--set lora.r=16 --set lora.target_modules=q_proj,v_proj` (the issue's names) merge into
+    the table over the file's `[train.lora]`, and the cycle's `--set train.lora.r=8` too."""
+    from rlcycle.config import resolve
+    from rlcycle.cycle import CycleConfig
+
+    toml = write_toml(tmp_path / "t.toml", {"r": 2, "dropout": 0.1})
+    c = resolve(TrainConfig, toml, ["lora.r=16", "lora.target_modules=q_proj,v_proj"], section="train")
+    assert c.lora_r == 16 and c.lora["dropout"] == 0.1 and c.lora["target_modules"] == ["q_proj", "v_proj"]
+    assert resolve(TrainConfig, None, ["lora.r=16"]).lora_alpha == 32.0
+    with pytest.raises(InputError, match="lora.rank: unknown key"):
+        resolve(TrainConfig, None, ["lora.rank=16"])
+    cyc = resolve(CycleConfig, None, ["train.lora.r=8", "train.lr=1e-4"])
+    assert cyc.train["lr"] == 1e-4 and cyc.train["max_steps"] == CycleConfig().train["max_steps"]
+    assert resolve(TrainConfig, data=cyc.train).lora_r == 8
