@@ -3,6 +3,7 @@
 #
 #   bash scripts/edit_experiment.sh 3                 # -> runs/exp_b_s3 (report.txt, report.json, report/)
 #   bash scripts/edit_experiment.sh 4 runs/my_exp     # another seed, another output directory
+#   MEASURE=128 bash scripts/edit_experiment.sh 6     # configuration C: 128 paired measure sessions
 #
 # 1. the stand-in traffic: the 16 `edit-range-*` and `edit-return-*` tasks of
 #    sample_data/edit_tasks/train (the two families the warm start solves sometimes, neither
@@ -15,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEED="${1:?usage: scripts/edit_experiment.sh SEED [OUT]}"
+MEASURE="${MEASURE:-64}"
 OUT="${2:-runs/exp_b_s$SEED}"
 PY=.venv/bin/python
 TASKS=runs/edit_rr
@@ -29,7 +31,7 @@ if [ ! -f "$START/config.json" ]; then
   .venv/bin/rlcycle init-model -o "$START" --warm-start sample_data/edit_tasks/train --warm-start-steps 250 \
     --set warm_start_batch=4 --set warm_start_schedule=cosine --set warm_start_lr=4e-3 --force
 fi
-exec "$PY" scripts/closed_loop.py --arms treatment,control --cycles 2 --episodes 64 --measure-episodes 64 \
+exec "$PY" scripts/closed_loop.py --arms treatment,control --cycles 2 --episodes 64 --measure-episodes "$MEASURE" \
   --start "$START" --tasks "$TASKS" --seed "$SEED" --out "$OUT" \
   --set cycle.reward_spec="\"$PWD/sample_data/rewards.toml\"" \
   --set simulate.temperature=0.5 --set simulate.max_turns=3 --set simulate.max_new_tokens=96 \

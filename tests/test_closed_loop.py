@@ -233,7 +233,13 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
     assert experiment["paired"] == {last.replace("/", " "): 4}
     assert experiment["vs_v0"][last]["tests_pass_rate"]["diff"]["kind"] == "paired"
     assert (root / "report.txt").read_text().startswith("Experiment: arms treatment")
-    assert (root / "report" / "report.html").exists()  # rlcycle report of every arm's trajectories
+    # the HTML's online section: the measure runs only, its A/B paired as the text report's
+    assert json.loads((root / "report" / "comparisons.json").read_text()) == {"pairs": [["v0", last]], "paired": True}
+    html_traj = pl.read_ipc(root / "report" / "collect" / "trajectories.arrow")
+    sessions = html_traj.group_by("policy_version").agg(pl.col("session_id").n_unique()).sort("policy_version")
+    assert sessions.rows() == [(last, 4), ("v0", 4)]
+    page = (root / "report" / "report.html").read_text()
+    assert "Paired by session" in page and "matched sessions (" + last + " − v0: 4)" in page
 
 
 @pytest.mark.docker

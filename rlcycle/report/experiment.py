@@ -30,8 +30,20 @@ from typing import Any
 import polars as pl
 
 from rlcycle import io as rio
+from rlcycle import online
 from rlcycle.report import ab, paired
-from rlcycle.report.closed_loop import DIRECTIONS, LEARN_METRICS, SHOWN, _rewards, _scoring, build_report, render, shown
+from rlcycle.report.closed_loop import (
+    DIRECTIONS,
+    LEARN_METRICS,
+    SHOWN,
+    _rewards,
+    _scoring,
+    build_report,
+    render,
+    shown,
+    with_user_verdict,
+)
+from rlcycle.report.load import RunDir
 from rlcycle.stats import Estimate
 
 STAGES = ("simulate", "collect", "distill", "train", "eval", "deploy")
@@ -212,9 +224,12 @@ def write_report_dir(out: Path, record: dict[str, Any], report: dict[str, Any]) 
     """OUT/report/: every arm's trajectories (v0 once) under `v0` / `<arm>/<label>`, the pairs
     to compare (comparisons.json: each last version vs v0, each vs control's), the first
     distill's reward report (so the follow-ups are classified as in the text report), then
-    `rlcycle report`'s HTML. None when no arm has trajectories."""
-    frames = []
-    for arm, rep in report["arms"].items():
+    `rlcycle report`'s HTML. With a paired report (a v0 measure run), only the measure runs'
+    trajectories, and comparisons.json says `"paired": true`: the HTML's A/B table then pairs
+    by session as the text report does. None when no arm has trajectories."""
+    is_paired = bool(report.get("paired"))
+    frames = _measure_frames(out, report["last"]) if is_paired else []
+    for arm, rep in ([] if is_paired else report["arms"].items()):
         traj: pl.DataFrame = rep.get("_traj")
         if traj is None or traj.height == 0 or not rep["versions"]:
             continue
@@ -234,7 +249,8 @@ def write_report_dir(out: Path, record: dict[str, Any], report: dict[str, Any]) 
     pairs = [[V0, v] for v in lasts.values() if v != V0]
     if "control" in lasts:
         pairs += [[lasts["control"], v] for a, v in lasts.items() if a != "control"]
-    rio.atomic_write_text(root / "comparisons.json", json.dumps({"pairs": pairs}, indent=2) + "\n")
+    doc: dict[str, Any] = {"pairs": pairs, **({"paired": True} if is_paired else {})}
+    rio.atomic_write_text(root / "comparisons.json", json.dumps(doc, indent=2) + "\n")
     first_distill = next((out / arm / c["name"] / "distill" / "reward_report.json" for arm, runs in record["arms"].items()
                           for c in runs["cycles"] if (out / arm / c["name"] / "distill" / "reward_report.json").exists()), None)  # fmt: skip
     if first_distill is not None:
@@ -245,3 +261,16 @@ def write_report_dir(out: Path, record: dict[str, Any], report: dict[str, Any]) 
     render_html(root, root / "report.html")
     return root
 
+
+def _measure_frames(out: Path, last: dict[str, tuple[str, str]]) -> list[pl.DataFrame]:
+    """v0's measure trajectories, then each arm's last version's, labelled as in the text
+    report (`v0`, `<arm>/<label>`), the hidden-test verdict the simulated user's."""
+    # an arm that never deployed served v0 in its measure run: v0's own rows say that already
+    runs = [(out / V0, V0)] + [(out / arm, f"{arm}/{key[1]}") for arm, key in last.items() if key[1] != V0]
+    frames = []
+    for root, name in runs:
+        run = RunDir(root / paired.MEASURE)
+        traj = with_user_verdict(run.table("trajectories", online.REQUIRED, online.OPTIONAL))
+        frames.append(traj.with_columns(pl.lit(name).alias("policy_version"),
+                                        pl.lit(None, pl.Datetime("ms", "UTC")).alias("ts")))  # fmt: skip
+    return frames

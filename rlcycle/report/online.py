@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlcycle.online import METRICS, OnlineMetrics
-from rlcycle.report import ab, metrics, svg
+from rlcycle.online import METRICS, OPTIONAL, REQUIRED, OnlineMetrics
+from rlcycle.report import ab, metrics, paired, svg
 from rlcycle.report.load import RunDir
 from rlcycle.report.page import Raw, Section, charts, esc, join, section, table, tag
 from rlcycle.stats import Estimate
@@ -39,7 +39,7 @@ def _body(run: RunDir) -> Raw:
         f"({', '.join(scoring.clarify_tools) or 'no clarify tools'}) are not counted.",
         *m.notes,
     ]
-    return join([charts(*figures), _table(m, shown), _ab(run, m, shown), *(tag("p", n, "note") for n in notes),
+    return join([charts(*figures), _table(m, shown), _ab(run, m, shown, scoring), *(tag("p", n, "note") for n in notes),
                  _complaints(m)])  # fmt: skip
 
 
@@ -79,12 +79,30 @@ def comparisons(run: RunDir, versions: list[str]) -> list[tuple[str, str]]:
     return [(versions[0], v) for v in versions[1:]]
 
 
-def _ab(run: RunDir, m: OnlineMetrics, shown: list[str]) -> Raw:
-    """Differences with 95% CIs and their calls, one column per compared pair."""
+def is_paired(run: RunDir) -> bool:
+    """comparisons.json says the versions served the same sessions (the closed-loop experiment's
+    measure runs): session ids without their run prefix name the same session in each."""
+    path = run.path / "comparisons.json"
+    return path.exists() and bool(json.loads(path.read_text()).get("paired"))
+
+
+def _ab(run: RunDir, m: OnlineMetrics, shown: list[str], scoring: metrics.Scoring) -> Raw:
+    """Differences with 95% CIs and their calls, one column per compared pair: independent
+    traffic (sessions as clusters), or paired by session when comparisons.json says so."""
     pairs = comparisons(run, m.versions)
     if not pairs:
         return Raw("")
-    cells = {(a, b): ab.ab_table({a: m.metrics[a], b: m.metrics[b]}, a, shown)[b] for a, b in pairs}
+    note = Raw("")
+    if is_paired(run):
+        traj = run.table("trajectories", REQUIRED, OPTIONAL)
+        done = {(a, b): paired.version_cells(traj, scoring, a, b, shown) for a, b in pairs}
+        cells = {pair: c for pair, (c, _) in done.items()}
+        matched = ", ".join(f"{b} − {a}: {n}" for (a, b), (_, n) in done.items())
+        note = tag("p", "Paired by session: every version served the same sessions (the same tasks, simulated "
+                   f"users and sampling seeds), so each difference is over matched sessions ({matched}); "
+                   "rlcycle.stats.paired_difference, as the experiment's text report.", "note")  # fmt: skip
+    else:
+        cells = {(a, b): ab.ab_table({a: m.metrics[a], b: m.metrics[b]}, a, shown)[b] for a, b in pairs}
     rows = []
     for name in shown:
         spec = METRICS[name]
@@ -95,7 +113,7 @@ def _ab(run: RunDir, m: OnlineMetrics, shown: list[str]) -> Raw:
         rows.append(row)
     head = ["metric", *(f"{b} − {a}" for a, b in pairs)]
     return join([tag("h3", "A/B: differences with 95% CI (better/worse only where the CI excludes 0)"),
-                 Raw('<div class="scroll">'), table(head, rows, "data nowrap"), Raw("</div>")])  # fmt: skip
+                 Raw('<div class="scroll">'), table(head, rows, "data nowrap"), Raw("</div>"), note])  # fmt: skip
 
 
 def _complaints(m: OnlineMetrics, limit: int = 300) -> Raw:

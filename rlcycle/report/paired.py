@@ -77,3 +77,13 @@ def paired_cells(a: tuple[Any, pl.DataFrame, pl.DataFrame], b: tuple[Any, pl.Dat
 def matched_sessions(a: tuple[Any, pl.DataFrame, pl.DataFrame], b: tuple[Any, pl.DataFrame, pl.DataFrame]) -> int:
     """How many sessions both versions served (the pairs behind every paired cell)."""
     return online.paired_differences(a[1], b[1])[1]
+
+
+def version_cells(traj: pl.DataFrame, scoring: Scoring, a: str, b: str, names: list[str]) -> tuple[dict[str, ab.Cell], int]:
+    """b − a per metric of `names`, paired by session, for two policy versions of one
+    trajectories table whose sessions carry the pair key (`rlcycle report` of OUT/report with
+    comparisons.json `"paired": true`); and how many sessions were matched."""
+    facts = online.episode_facts(pair_key(traj), scoring.classifier(), scoring.clarify_tools, scoring.edit_tools)
+    diffs, n = online.paired_differences(facts.filter(C("version") == a), facts.filter(C("version") == b))
+    sign = {k: m.direction for k, m in online.METRICS.items()}
+    return {k: ab.Cell(d, ab.call(d, sign[k])) for k, d in diffs.items() if k in names}, n
