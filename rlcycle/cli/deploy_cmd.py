@@ -26,16 +26,32 @@ def register(app: typer.Typer) -> None:
             "Examples:\n\n"
             "  rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json\n\n"
             "  rlcycle deploy ckpt/ --verdict verdict.json --canary 0.05 --hook 'systemctl reload my-server'\n\n"
-            "  rlcycle deploy ckpt/ --verdict verdict.json --hook http://127.0.0.1:8000/v1/load_lora_adapter"
+            "  rlcycle deploy ckpt/ --verdict verdict.json --hook http://127.0.0.1:8080/v1/rlcycle/reload "
+            "--hook-api-key-env RLCYCLE_GATEWAY_KEY\n\n"
+            "  rlcycle deploy ckpt/ --verdict verdict.json "
+            "--hook 'python -m rlcycle.deploy.vllm --url http://127.0.0.1:8000'   # docs/vllm.md"
         ),
     )
     def deploy(
         checkpoint: Path = typer.Argument(..., help="Checkpoint directory to promote."),
         verdict: Path = typer.Option(None, "--verdict", help="verdict.json from `rlcycle eval`."),
-        alias: str = typer.Option(None, "--alias", help="Alias to promote into (default production)."),
-        force: bool = typer.Option(None, "--force", help="Deploy without a passing verdict (recorded)."),
-        canary: float = typer.Option(None, "--canary", help="Serve to this fraction of traffic first (0-1)."),
-        hook: str = typer.Option(None, "--hook", help="Serving hook: shell command or http(s) URL (JSON POST)."),
+        alias: str = typer.Option(
+            None, "--alias", help="Alias to promote into (default production)."
+        ),
+        force: bool = typer.Option(
+            None, "--force", help="Deploy without a passing verdict (recorded)."
+        ),
+        canary: float = typer.Option(
+            None, "--canary", help="Serve to this fraction of traffic first (0-1)."
+        ),
+        hook: str = typer.Option(
+            None, "--hook", help="Serving hook: shell command or http(s) URL (JSON POST)."
+        ),
+        hook_api_key_env: str = typer.Option(
+            None,
+            "--hook-api-key-env",
+            help="Env var holding the key sent to an http(s) hook as `Authorization: Bearer`.",
+        ),
         config: Path = opt.config("deploy"),
         set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
         as_json: bool = opt.json_flag("Print one JSON result object."),
@@ -44,7 +60,8 @@ def register(app: typer.Typer) -> None:
         from rlcycle.config import resolve
 
         cfg = resolve(stage.DeployConfig, config, set_,
-                      {"alias": alias, "force": force, "canary_fraction": canary, "hook": hook}, section="deploy")  # fmt: skip
+                      {"alias": alias, "force": force, "canary_fraction": canary, "hook": hook,
+                       "hook_api_key_env": hook_api_key_env}, section="deploy")  # fmt: skip
         result = stage.run(cfg, checkpoint, verdict)
         _report(result, as_json)
 
@@ -73,7 +90,10 @@ def _report(result, as_json: bool) -> None:
         typer.echo(format_summary(result))
 
 
-@registry_app.command("ls", help="List checkpoints, aliases and recent history.\n\nExample:\n\n  rlcycle registry ls --json")
+@registry_app.command(
+    "ls",
+    help="List checkpoints, aliases and recent history.\n\nExample:\n\n  rlcycle registry ls --json",
+)
 def registry_ls(
     as_json: bool = opt.json_flag("Print one JSON object."),
     history: int = typer.Option(10, "--history", help="How many recent deployments to show."),
@@ -93,11 +113,18 @@ def registry_ls(
     if state.get("canary"):
         typer.echo(f"  canary: {json.dumps(state['canary'])}")
     for h in hist:
-        typer.echo(f"  {h['ts']:%Y-%m-%d %H:%M:%S} {h['action']:<9} {h['alias']:<11} {h['checkpoint_id']} {h['note'] or ''}")
+        typer.echo(
+            f"  {h['ts']:%Y-%m-%d %H:%M:%S} {h['action']:<9} {h['alias']:<11} {h['checkpoint_id']} {h['note'] or ''}"
+        )
 
 
-@registry_app.command("show", help="Show one checkpoint's lineage (rlcycle.json).\n\nExample:\n\n  rlcycle registry show production")
-def registry_show(ref: str = typer.Argument(..., help="Alias, checkpoint id, or directory.")) -> None:
+@registry_app.command(
+    "show",
+    help="Show one checkpoint's lineage (rlcycle.json).\n\nExample:\n\n  rlcycle registry show production",
+)
+def registry_show(
+    ref: str = typer.Argument(..., help="Alias, checkpoint id, or directory."),
+) -> None:
     from rlcycle.policy.registry import Registry, checkpoint_id
 
     path = Registry().resolve(ref)
@@ -106,7 +133,10 @@ def registry_show(ref: str = typer.Argument(..., help="Alias, checkpoint id, or 
     opt.emit_json({"id": checkpoint_id(path), "path": str(path), **meta})
 
 
-@registry_app.command("add", help="Register a checkpoint, optionally under an alias.\n\nExample:\n\n  rlcycle registry add models/tiny --alias production")
+@registry_app.command(
+    "add",
+    help="Register a checkpoint, optionally under an alias.\n\nExample:\n\n  rlcycle registry add models/tiny --alias production",
+)
 def registry_add(
     checkpoint: Path = typer.Argument(..., help="Checkpoint directory."),
     alias: str = typer.Option(None, "--alias", help="Set this alias to it (e.g. production)."),

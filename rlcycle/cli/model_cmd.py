@@ -78,7 +78,8 @@ def _register_serve(app: typer.Typer) -> None:
             "127.0.0.1 unless --host says otherwise; no TLS.\n\n"
             "Examples:\n\n"
             "  rlcycle serve --policy runs/demo/policy --port 8000\n\n"
-            "  rlcycle serve --policy runs/demo/policy --port 0 --json   # prints the URL"
+            "  rlcycle serve --policy runs/demo/policy --port 0 --json   # prints the URL\n\n"
+            "  rlcycle serve --policy runs/base --enable-lora   # vLLM's /v1/load_lora_adapter API"
         ),
     )
     def serve(
@@ -91,6 +92,7 @@ def _register_serve(app: typer.Typer) -> None:
         max_batch_size: int = typer.Option(None, "--max-batch-size", help="Prompts generated together (default 16)."),
         prefix_cache_tokens: int = typer.Option(0, "--prefix-cache-tokens", help="Reuse the KV cache of past requests up to this many tokens (0 = off; agent turns extend earlier prompts)."),
         api_key: str = typer.Option(None, "--api-key", envvar="RLCYCLE_SERVE_API_KEY", help="Require this bearer token."),
+        enable_lora: bool = typer.Option(None, "--enable-lora", help="Serve vLLM's runtime LoRA API (load/unload_lora_adapter; needs peft)."),
         config: Path = opt.config("serve"),
         set_: list[str] = opt.sets(help="Override a config key: --set batch_wait_ms=2."),
         as_json: bool = opt.json_flag('Print {"url": ...} on stdout once listening.'),
@@ -102,7 +104,7 @@ def _register_serve(app: typer.Typer) -> None:
         cfg = resolve(
             ServeConfig, config, set_,
             {"port": port, "host": host, "name": name, "max_batch_size": max_batch_size,
-             "api_key": api_key},
+             "api_key": api_key, "enable_lora": enable_lora},
             section="serve",
         )
         pcfg = resolve(HFPolicyConfig, None, None,

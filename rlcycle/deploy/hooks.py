@@ -3,7 +3,11 @@
 In: the hook (`DeployConfig.hook`: a command line, or an http(s) URL), the checkpoint directory
 and id. Out: None when the serving side took the checkpoint, else a one-line reason; `deploy`
 then restores the previous aliases. A command sees RLCYCLE_CHECKPOINT_DIR, RLCYCLE_CHECKPOINT_ID,
-RLCYCLE_ALIAS and RLCYCLE_CANARY_FRACTION; a URL receives the same as a JSON object.
+RLCYCLE_ALIAS and RLCYCLE_CANARY_FRACTION; a URL receives the same as a JSON object, with
+`Authorization: Bearer KEY` when an API key is given (deploy reads it from the environment
+variable named by `DeployConfig.hook_api_key_env`; the key itself is never in a config file).
+A command gets no key from here: it reads its own variable (e.g. `python -m rlcycle.deploy.vllm
+--api-key-env VAR`), since it inherits deploy's environment.
 """
 
 from __future__ import annotations
@@ -15,12 +19,16 @@ import urllib.request
 from pathlib import Path
 
 
-def call_hook(hook: str, path: Path, cid: str, alias: str, canary_fraction: float | None, timeout_s: float) -> str | None:
-    """Run the serving hook; None when it succeeded, else what went wrong."""
+def call_hook(hook: str, path: Path, cid: str, alias: str, canary_fraction: float | None, timeout_s: float,
+              api_key: str | None = None) -> str | None:  # fmt: skip
+    """Run the serving hook; None when it succeeded, else what went wrong (the key never in it)."""
     payload = {"checkpoint_dir": str(path), "checkpoint_id": cid, "alias": alias,
                "canary_fraction": canary_fraction}  # fmt: skip
     if hook.startswith(("http://", "https://")):
-        req = urllib.request.Request(hook, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        req = urllib.request.Request(hook, data=json.dumps(payload).encode(), headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return None if 200 <= resp.status < 300 else f"HTTP {resp.status}"
@@ -29,9 +37,19 @@ def call_hook(hook: str, path: Path, cid: str, alias: str, canary_fraction: floa
     env = dict(os.environ, RLCYCLE_CHECKPOINT_DIR=str(path), RLCYCLE_CHECKPOINT_ID=cid, RLCYCLE_ALIAS=alias,
                RLCYCLE_CANARY_FRACTION="" if canary_fraction is None else str(canary_fraction))  # fmt: skip
     try:
-        proc = subprocess.run(hook, shell=True, env=env, timeout=timeout_s, capture_output=True, text=True)
+        proc = subprocess.run(
+            hook, shell=True, env=env, timeout=timeout_s, capture_output=True, text=True
+        )
     except subprocess.TimeoutExpired:
         return f"timed out after {timeout_s}s"
     if proc.returncode != 0:
-        return f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"
+        return f"exit {proc.returncode}: {_tail(proc.stderr)}"
     return None
+
+
+def _tail(stderr: str, limit: int = 600) -> str:
+    """What a failed command said: from its last `Error:` line (rlcycle's format) if it printed
+    one, so progress lines and tracebacks before it do not crowd it out; else the last lines."""
+    text = stderr.strip()
+    at = text.rfind("Error:")
+    return (text[at:] if at >= 0 else text)[-limit:]

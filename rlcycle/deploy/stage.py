@@ -12,13 +12,17 @@ Rules:
 - promote: `production` = the checkpoint, `previous` = the old production;
 - `--canary F`: production stays; `candidate` = the checkpoint and the canary fraction F is
   recorded for serving (the hook receives it); a later full deploy clears it;
-- the hook (a shell command, or an http(s) URL that receives a JSON POST) runs after the
-  aliases moved; if it fails, the aliases are moved back and that is recorded too.
+- the hook (a shell command, or an http(s) URL that receives a JSON POST, with
+  `Authorization: Bearer $<hook_api_key_env>` when that names a variable) runs after the
+  aliases moved; if it fails, the aliases are moved back and that is recorded too. For vLLM:
+  `--hook 'python -m rlcycle.deploy.vllm --url http://host:8000'` (deploy/vllm.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,15 +38,38 @@ from rlcycle.policy.registry import Entry, Registry, actor
 class DeployConfig:
     alias: str = cfg("production", help="The alias to promote into.")
     force: bool = cfg(False, help="Promote without a passing verdict (recorded in the history).")
-    canary_fraction: float | None = cfg(None, help="Serve the checkpoint to this fraction of traffic first.")
-    hook: str | None = cfg(None, help="Serving hook: a shell command, or an http(s) URL to POST to.")
+    canary_fraction: float | None = cfg(
+        None, help="Serve the checkpoint to this fraction of traffic first."
+    )
+    hook: str | None = cfg(
+        None, help="Serving hook: a shell command, or an http(s) URL to POST to."
+    )
     hook_timeout_s: float = cfg(120.0, help="Seconds the hook may take before it counts as failed.")
+    hook_api_key_env: str | None = cfg(None, help="Name of the environment variable holding the API key "
+                                                  "an http(s) hook is sent as `Authorization: Bearer KEY` "
+                                                  "(the NAME, never the key).")  # fmt: skip
 
     def validate(self) -> list[str]:
         problems = []
         check_range(problems, self, "canary_fraction", gt=0, lt=1, optional=True)
         check_range(problems, self, "hook_timeout_s", gt=0)
+        name = self.hook_api_key_env
+        if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            problems.append(f"hook_api_key_env={name!r}: the name of an environment variable, "
+                            "e.g. RLCYCLE_GATEWAY_API_KEY (not the key itself)")  # fmt: skip
         return problems
+
+    def hook_api_key(self) -> str | None:
+        """The key in $hook_api_key_env (None when no variable is named); raises when it is unset."""
+        if not self.hook_api_key_env:
+            return None
+        key = os.environ.get(self.hook_api_key_env)
+        if not key:
+            raise InputError(
+                f"hook_api_key_env={self.hook_api_key_env}: ${self.hook_api_key_env} is not set",
+                hint=f"export {self.hook_api_key_env}=<the serving side's API key>, or drop hook_api_key_env",
+            )
+        return key
 
 
 @dataclass
@@ -95,16 +122,23 @@ def _check_verdict(verdict: dict[str, Any] | None, path, cid: str, force: bool) 
     if decision != "accept" and not force:
         failed = [g["name"] for g in verdict.get("gates", []) if not g.get("passed")]
         raise RlcycleError(
-            f"verdict {path} says {decision!r}" + (f" (failed gates: {', '.join(failed)})" if failed else ""),
+            f"verdict {path} says {decision!r}"
+            + (f" (failed gates: {', '.join(failed)})" if failed else ""),
             hint="fix the candidate, or --force to override (recorded in the history)",
             exit_code=EXIT_GATE_REFUSED,
         )
     return decision
 
 
-def run(config: DeployConfig, checkpoint: str | Path, verdict_path: str | Path | None, registry: Registry | None = None) -> DeployResult:
+def run(
+    config: DeployConfig,
+    checkpoint: str | Path,
+    verdict_path: str | Path | None,
+    registry: Registry | None = None,
+) -> DeployResult:
     reg = registry or Registry()
     verdict = load_verdict(verdict_path)
+    api_key = config.hook_api_key() if config.hook else None  # before anything moves
     with reg.locked():
         cid = reg.add(checkpoint)
         decision = _check_verdict(verdict, verdict_path, cid, config.force)
@@ -125,20 +159,32 @@ def run(config: DeployConfig, checkpoint: str | Path, verdict_path: str | Path |
         entry = Entry(action, config.alias, cid, old.get(config.alias), str(verdict_path) if verdict_path else None,
                       decision, actor(), note)  # fmt: skip
         reg.commit(new, entry, canary)
-        result = DeployResult(action, config.alias, cid, old.get(config.alias), forced, config.canary_fraction, config.hook)
+        result = DeployResult(
+            action,
+            config.alias,
+            cid,
+            old.get(config.alias),
+            forced,
+            config.canary_fraction,
+            config.hook,
+        )
         if config.hook:
-            problem = call_hook(config.hook or "", reg.ckpts / cid, cid, config.alias, config.canary_fraction, config.hook_timeout_s)
+            problem = call_hook(config.hook or "", reg.ckpts / cid, cid, config.alias, config.canary_fraction, config.hook_timeout_s,
+                                api_key)  # fmt: skip
             if problem:
                 reg.commit(old, Entry("revert", config.alias, old.get(config.alias), cid, None, None, actor(),
                                       f"serving hook failed: {problem}"), before.get("canary") or {})  # fmt: skip
                 raise RlcycleError(
-                    f"serving hook failed ({problem}); the registry was moved back to {old.get(config.alias)}",
+                    f"serving hook failed ({problem}); the registry was moved back "
+                    f"({config.alias} -> {old.get(config.alias) or 'nothing, as before'})",
                     hint="check the hook command/URL, then deploy again",
                 )
     return result
 
 
-def rollback(alias: str = "production", registry: Registry | None = None, note: str | None = None) -> DeployResult:
+def rollback(
+    alias: str = "production", registry: Registry | None = None, note: str | None = None
+) -> DeployResult:
     """Point `alias` back at `previous` (and `previous` at what was rolled back from)."""
     reg = registry or Registry()
     with reg.locked():
@@ -149,7 +195,11 @@ def rollback(alias: str = "production", registry: Registry | None = None, note: 
                 hint="`rlcycle registry ls` shows the aliases",
             )
         new = dict(old, **{alias: old["previous"], "previous": old[alias]})
-        reg.commit(new, Entry("rollback", alias, old["previous"], old[alias], None, None, actor(), note), {})
+        reg.commit(
+            new,
+            Entry("rollback", alias, old["previous"], old[alias], None, None, actor(), note),
+            {},
+        )
     return DeployResult("rollback", alias, old["previous"], old[alias])
 
 
@@ -160,5 +210,8 @@ def register(checkpoint: str | Path, alias: str | None, registry: Registry | Non
         cid = reg.add(checkpoint)
         if alias:
             old = reg.aliases()
-            reg.commit(dict(old, **{alias: cid}), Entry("register", alias, cid, old.get(alias), None, None, actor(), None))
+            reg.commit(
+                dict(old, **{alias: cid}),
+                Entry("register", alias, cid, old.get(alias), None, None, actor(), None),
+            )
     return cid

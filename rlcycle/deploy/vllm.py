@@ -1,0 +1,443 @@
+"""A deploy hook that hot-loads a checkpoint's LoRA adapter into a running vLLM, then checks it.
+
+    rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json \\
+        --hook 'python -m rlcycle.deploy.vllm --url http://127.0.0.1:8000 --api-key-env VLLM_API_KEY'
+
+In: the checkpoint `deploy` just promoted (RLCYCLE_CHECKPOINT_DIR / RLCYCLE_CHECKPOINT_ID, set by
+hooks.py, or --checkpoint / --id), which must carry a LoRA adapter in OUT/adapter/ (`rlcycle
+train --set lora.r=16`, docs/lora.md); a server speaking vLLM's runtime LoRA API (vLLM started
+with `--enable-lora` and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or `rlcycle serve
+--enable-lora`). Out: exit 0 when the server answers with this checkpoint, with the adapter
+loaded as `rlcycle-<first 12 hex of the id>` and older `rlcycle-*` adapters unloaded; exit 1
+when the check failed (the new adapter is unloaded again and `deploy` moves the aliases back),
+exit 2 for a usage problem (no adapter, bad options). One JSON line on stdout says what it did.
+
+Steps, in order:
+1. The name is per version, never reused for other weights: a server that "reloads" under an
+   old name may keep serving the old adapter or its prefix-cache blocks; a new name gets a new
+   LoRA id in vLLM, hence new cache keys. If the name is already listed (a rerun of the same
+   deploy), it is not loaded again but checked like a new one.
+2. The probe: a fixed text (PROBE_PROMPT + PROBE_CONTINUATION, tokenised by the checkpoint's
+   tokenizer) is scored locally with transformers on the checkpoint's MERGED weights (OUT, the
+   weights eval judged; float32) and by the server under the new name, two ways:
+   - prompt: the whole probe as a prompt with `echo` and `logprobs` (vLLM's prompt logprobs,
+     computed in prefill), every token after the first;
+   - decode: PROBE_PROMPT with greedy decoding of DECODE_TOKENS tokens and `logprobs`; the
+     logprobs the server reports for the tokens it chose are compared with the local model's
+     logprobs of those same tokens. This path runs through the server's KV cache (prefix
+     caching included, which vLLM skips for prompt-logprob requests), so a server that reuses
+     blocks of the probe prompt computed under the previous adapter fails here.
+   Both use T = 1 logprobs (echo at temperature 1, greedy at 0), so vLLM's raw and processed
+   logprob modes give the same numbers. The check passes when the largest absolute per-token
+   difference, over both, is at most --tolerance (default 0.05 nats; see docs/vllm.md for
+   what was measured and when to raise it).
+3. Separation, reported and warned about, never failing: the served logprobs of the base and
+   of every other loaded `rlcycle-*` adapter are compared with the new checkpoint's local ones
+   too. If one of them is within the tolerance, the probe could not have told "serving the new
+   adapter" from "still serving that one" (e.g. a checkpoint that barely moved), so the pass
+   means less; the warning says so.
+4. Pass: every other `rlcycle-*` adapter is unloaded (no leak across deploys), except on a
+   canary deploy (RLCYCLE_CANARY_FRACTION set), where production still serves its adapter.
+   Fail: the new adapter is unloaded, exit 1.
+
+A checkpoint without an adapter (a full fine-tune) cannot be hot-loaded: vLLM must be
+restarted on the merged directory (`vllm serve OUT`); the hook says so and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlcycle.errors import EXIT_FAILURE, InputError, RlcycleError
+
+PREFIX = "rlcycle-"
+# A short bug fix in ChatML: text a coding policy is trained on, long enough (~100 tokens with a
+# BPE tokenizer) to fill several KV-cache blocks, so prefix caching has something to reuse.
+PROBE_PROMPT = (
+    "<|im_start|>system\nYou are a careful coding agent. Fix the bug and reply with the code only."
+    "<|im_end|>\n<|im_start|>user\nThe test `assert mean([1, 2, 3]) == 2` fails:\n\n"
+    "def mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / (len(xs) + 1)\n"
+    "<|im_end|>\n<|im_start|>assistant\n"
+)
+PROBE_CONTINUATION = "def mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / len(xs)\n<|im_end|>"
+DECODE_TOKENS = 16
+
+
+@dataclass
+class Report:
+    """What the hook did; printed as one JSON line on stdout."""
+
+    name: str
+    checkpoint_id: str
+    loaded: bool  # False: the name was already listed, so it was checked, not loaded
+    tolerance: float
+    mean_tolerance: float | None = None  # also gate on the mean |diff| (None: report it only)
+    prompt_max_diff: float | None = None
+    decode_max_diff: float | None = None
+    prompt_mean_diff: float | None = None
+    decode_mean_diff: float | None = None
+    passed: bool = False
+    # other served model -> {"max", "mean"} |diff| of its prompt logprobs from the new checkpoint's
+    separation: dict[str, dict[str, float]] = field(default_factory=dict)
+    unloaded: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+
+# --- the server ---------------------------------------------------------------------------
+
+
+class Server:
+    """The few calls of vLLM's OpenAI server this hook makes (stdlib HTTP, optional bearer key)."""
+
+    def __init__(self, url: str, api_key: str | None, timeout_s: float):
+        self.url = url.rstrip("/").removesuffix("/v1")
+        self.api_key, self.timeout_s = api_key, timeout_s
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        """(status, parsed JSON or text); raises RlcycleError when the server cannot be reached."""
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        except (urllib.error.URLError, OSError) as e:
+            raise RlcycleError(f"cannot reach {self.url}{path}: {e}",
+                               hint="is the server up? check --url") from None  # fmt: skip
+        text = raw.decode("utf-8", "replace")
+        try:
+            return status, json.loads(text)
+        except json.JSONDecodeError:
+            return status, text  # vLLM answers load/unload with plain text
+
+    def models(self) -> list[dict[str, Any]]:
+        status, body = self.call("GET", "/v1/models")
+        if status != 200 or not isinstance(body, dict):
+            raise RlcycleError(f"{self.url}/v1/models: HTTP {status}: {_message(body)}",
+                               hint="check --url and --api-key-env")  # fmt: skip
+        return list(body.get("data") or [])
+
+    def load(self, name: str, path: str) -> None:
+        status, body = self.call(
+            "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
+        )
+        if status != 200:
+            if status == 404 and "No adapter found" not in _message(body):  # no such route
+                hint = "start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
+            else:
+                hint = ("the path must be readable by the server (--path-map LOCAL=REMOTE), and vLLM's "
+                        "--max-lora-rank at least the adapter's r")  # fmt: skip
+            raise RlcycleError(
+                f"loading {path} as {name}: HTTP {status}: {_message(body)}", hint=hint
+            )
+
+    def unload(self, name: str) -> str | None:
+        """None when unloaded, else why not."""
+        status, body = self.call("POST", "/v1/unload_lora_adapter", {"lora_name": name})
+        return None if status == 200 else f"HTTP {status}: {_message(body)}"
+
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        status, resp = self.call("POST", "/v1/completions", body)
+        if status != 200 or not isinstance(resp, dict) or not resp.get("choices"):
+            raise RlcycleError(
+                f"{self.url}/v1/completions for {body.get('model')}: HTTP {status}: {_message(resp)}"
+            )
+        return resp["choices"][0]
+
+
+def _message(body: Any) -> str:
+    """The error message of a vLLM answer, in either of its shapes, or the text itself."""
+    if isinstance(body, dict):
+        err = body.get("error") if isinstance(body.get("error"), dict) else body
+        return str(err.get("message") or body)[:300]
+    return str(body)[:300]
+
+
+# The neutral sampling fields http.py sends too: a vLLM server would otherwise apply the
+# model's generation_config (e.g. a repetition penalty) to the sampled tokens.
+NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "n": 1,
+           "stream": False, "return_tokens_as_token_ids": True, "return_token_ids": True,
+           "skip_special_tokens": False, "seed": 0}  # fmt: skip
+
+
+def served_prompt_logprobs(server: Server, model: str, ids: list[int]) -> list[float]:
+    """The server's logprob of each of ids[1:] given the tokens before it (prompt logprobs)."""
+    choice = server.completion({**NEUTRAL, "model": model, "prompt": ids, "max_tokens": 1,
+                                "temperature": 1.0, "echo": True, "logprobs": 1})  # fmt: skip
+    lp = choice.get("logprobs") or {}
+    values, tokens = lp.get("token_logprobs") or [], lp.get("tokens") or []
+    echoed = _ids_of(tokens[: len(ids)])
+    if len(values) < len(ids) or (echoed is not None and echoed != ids):
+        raise RlcycleError(f"{model}: the echoed prompt does not match the probe "
+                           f"({len(values)} logprobs for {len(ids)} tokens)",
+                           hint="the server must accept token-id prompts with echo and logprobs")  # fmt: skip
+    return [float(v) for v in values[1 : len(ids)]]
+
+
+def served_greedy(
+    server: Server, model: str, prompt: list[int], n: int
+) -> tuple[list[int], list[float]]:
+    """Greedy continuation of `prompt`: the chosen ids and the logprobs the server reports."""
+    choice = server.completion({**NEUTRAL, "model": model, "prompt": prompt, "max_tokens": n,
+                                "temperature": 0.0, "logprobs": 1})  # fmt: skip
+    lp = choice.get("logprobs") or {}
+    ids = choice.get("token_ids")
+    if ids is None:
+        ids = _ids_of(lp.get("tokens") or [])
+    values = lp.get("token_logprobs") or []
+    if ids is None or len(ids) != len(values) or not ids:
+        raise RlcycleError(f"{model}: the greedy probe returned no token ids with logprobs",
+                           hint="the server must honour return_tokens_as_token_ids or return_token_ids")  # fmt: skip
+    return [int(t) for t in ids], [float(v) for v in values]
+
+
+def _ids_of(tokens: list[Any]) -> list[int] | None:
+    """Token ids from vLLM's "token_id:N" strings (None when the server sent text instead)."""
+    if not tokens or not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+        return None
+    return [int(t.split(":", 1)[1]) for t in tokens]
+
+
+def diffs(a: list[float], b: list[float]) -> tuple[float, float]:
+    """(largest, mean) |a_i - b_i| (inf for a length mismatch or a non-finite value)."""
+    if len(a) != len(b) or not a:
+        return math.inf, math.inf
+    d = [abs(x - y) if math.isfinite(abs(x - y)) else math.inf for x, y in zip(a, b, strict=True)]
+    return max(d), sum(d) / len(d)
+
+
+def max_diff(a: list[float], b: list[float]) -> float:
+    """Largest |a_i - b_i| (the check's statistic)."""
+    return diffs(a, b)[0]
+
+
+# --- the check ------------------------------------------------------------------------------
+
+
+class Local:
+    """The checkpoint's merged weights, scored locally with transformers (the reference)."""
+
+    def __init__(self, checkpoint: Path, device: str):
+        from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
+
+        self.policy = HFPolicy.from_pretrained(
+            checkpoint, HFPolicyConfig(device=device, dtype="float32")
+        )
+        tok = self.policy.tokenizer
+        self.prompt = list(tok(PROBE_PROMPT, add_special_tokens=False)["input_ids"])
+        self.ids = self.prompt + list(
+            tok(PROBE_CONTINUATION, add_special_tokens=False)["input_ids"]
+        )
+        self.prompt_logprobs = self.policy.score(self.ids[:1], self.ids[1:])
+
+    def score(self, prompt: list[int], completion: list[int]) -> list[float]:
+        return self.policy.score(prompt, completion)
+
+
+def check(server: Server, local: Local, name: str, report: Report) -> None:
+    """Fill the report's diffs and `passed` (the probe of step 2)."""
+    served = served_prompt_logprobs(server, name, local.ids)
+    report.prompt_max_diff, report.prompt_mean_diff = diffs(served, local.prompt_logprobs)
+    ids, lps = served_greedy(server, name, local.prompt, DECODE_TOKENS)
+    report.decode_max_diff, report.decode_mean_diff = diffs(lps, local.score(local.prompt, ids))
+    report.passed = within(report, max(report.prompt_max_diff, report.decode_max_diff),
+                           max(report.prompt_mean_diff, report.decode_mean_diff))  # fmt: skip
+
+
+def within(report: Report, largest: float, mean: float) -> bool:
+    """The pass rule: largest |diff| <= tolerance, and mean |diff| <= mean_tolerance if set."""
+    mt = report.mean_tolerance
+    return largest <= report.tolerance and (mt is None or mean <= mt)
+
+
+def separation(server: Server, local: Local, others: list[str]) -> dict[str, dict[str, float]]:
+    """|diff| between the new checkpoint's local prompt logprobs and each other served model's."""
+    out = {}
+    for other in others:
+        try:
+            largest, mean = diffs(
+                served_prompt_logprobs(server, other, local.ids), local.prompt_logprobs
+            )
+            out[other] = {"max": largest, "mean": mean}
+        except RlcycleError:
+            continue  # a model that cannot be scored tells us nothing; the check itself ran
+    return out
+
+
+def run(args: argparse.Namespace) -> Report:
+    """Load, check, then unload the old adapters (pass) or the new one (fail). See the docstring."""
+    ckpt, cid = _checkpoint(args)
+    adapter = ckpt / "adapter"
+    if not (adapter / "adapter_config.json").is_file():
+        raise InputError(
+            f"checkpoint {cid} ({ckpt}) has no LoRA adapter (no adapter/adapter_config.json): "
+            "a full fine-tune cannot be hot-loaded into vLLM",
+            hint=f"restart vLLM on the merged weights (`vllm serve {ckpt}`) and deploy with a hook "
+                 "that does that, or train with `--set lora.r=16` to get an adapter",
+        )  # fmt: skip
+    server = Server(args.url, _api_key(args.api_key_env), args.timeout)
+    name = PREFIX + _short(cid)
+    listed = server.models()
+    names = [str(m.get("id")) for m in listed]
+    report = Report(name, cid, name not in names, args.tolerance, args.mean_tolerance)
+    local = Local(ckpt, args.device)  # before loading: a local failure leaves the server untouched
+    if report.loaded:
+        server.load(name, _mapped(str(adapter.resolve()), args.path_map))
+    try:
+        check(server, local, name, report)
+    except Exception as e:  # a malformed answer (e.g. ids outside the vocabulary) fails the check
+        report.problem = str(e) if isinstance(e, RlcycleError) else f"{type(e).__name__}: {e}"
+    others = [n for n in names if n != name and (n.startswith(PREFIX) or not _parent(listed, n))]
+    report.separation = separation(server, local, others) if report.passed else {}
+    if not report.passed:
+        why = server.unload(name)
+        report.unloaded = [name] if why is None else []
+        report.problem = (report.problem or _mismatch(report)) + (
+            "" if why is None else f"; unloading {name} failed too: {why}"
+        )
+        return report
+    if not os.environ.get("RLCYCLE_CANARY_FRACTION"):
+        for old in (n for n in names if n.startswith(PREFIX) and n != name):
+            why = server.unload(old)
+            if why is None:
+                report.unloaded.append(old)
+            else:
+                _warn(f"could not unload the old adapter {old}: {why}")
+    return report
+
+
+def _mismatch(r: Report) -> str:
+    mean = "" if r.mean_tolerance is None else f", mean tolerance {r.mean_tolerance:g}"
+    return (
+        f"the server's logprobs under {r.name} differ from the checkpoint's by up to "
+        f"{max(r.prompt_max_diff or 0, r.decode_max_diff or 0):.4g} nats (prompt "
+        f"{r.prompt_max_diff:.4g}, decode {r.decode_max_diff:.4g}; tolerance {r.tolerance:g}; "
+        f"mean prompt {r.prompt_mean_diff:.3g}, decode {r.decode_mean_diff:.3g}{mean}); a "
+        "bfloat16 server honestly differs by up to ~0.25 (docs/vllm.md: --tolerance)"
+    )
+
+
+def _checkpoint(args: argparse.Namespace) -> tuple[Path, str]:
+    path = args.checkpoint or os.environ.get("RLCYCLE_CHECKPOINT_DIR")
+    cid = args.id or os.environ.get("RLCYCLE_CHECKPOINT_ID")
+    if not path:
+        raise InputError("no checkpoint: RLCYCLE_CHECKPOINT_DIR is not set and no --checkpoint given",
+                         hint="run it as `rlcycle deploy CKPT --hook 'python -m rlcycle.deploy.vllm --url URL'`")  # fmt: skip
+    if not cid:
+        from rlcycle.policy.registry import checkpoint_id
+
+        cid = checkpoint_id(Path(path))
+    return Path(path), cid
+
+
+def _short(cid: str) -> str:
+    """First 12 hex digits of a checkpoint id (`sha256-...`, `sha256:...` or bare hex)."""
+    return cid.split(":")[-1].split("-")[-1][:12]
+
+
+def _parent(listed: list[dict[str, Any]], name: str) -> str | None:
+    return next((m.get("parent") for m in listed if m.get("id") == name), None)
+
+
+def _mapped(path: str, path_map: str | None) -> str:
+    """The adapter path as the server sees it (`--path-map /local/root=/server/root`)."""
+    if not path_map:
+        return path
+    local, _, remote = path_map.partition("=")
+    return remote + path[len(local) :] if local and path.startswith(local) else path
+
+
+def _api_key(env: str | None) -> str | None:
+    if not env:
+        return None
+    key = os.environ.get(env)
+    if not key:
+        raise InputError(
+            f"--api-key-env {env}: ${env} is not set", hint=f"export {env}=<the server's API key>"
+        )
+    return key
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"vllm hook: warning: {message}\n")
+
+
+def _summary(r: Report) -> str:
+    if not r.passed:
+        return f"vllm hook: {r.name} FAILED the probe: {r.problem}"
+    close = [n for n, d in r.separation.items() if within(r, d["max"], d["mean"])]
+    line = (f"vllm hook: {r.name} {'loaded' if r.loaded else 'already loaded'} and checked "
+            f"(max |logprob diff| prompt {r.prompt_max_diff:.3g}, decode {r.decode_max_diff:.3g} "
+            f"<= {r.tolerance:g}); unloaded {', '.join(r.unloaded) or 'nothing'}")  # fmt: skip
+    if close:
+        line += (f"\nvllm hook: warning: the probe cannot tell this checkpoint from {', '.join(close)} "
+                 f"at tolerance {r.tolerance:g}: the check would not notice the server answering with it")  # fmt: skip
+    return line
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m rlcycle.deploy.vllm",
+        description="Deploy hook: hot-load the checkpoint's LoRA adapter into vLLM under a per-version "
+        "name, check the served logprobs against the checkpoint's own, unload the old adapters. "
+        "Exit 0 ok, 1 check failed (deploy rolls back), 2 usage. docs/vllm.md",
+    )
+    p.add_argument(
+        "--url", required=True, help="The server, e.g. http://127.0.0.1:8000 (with or without /v1)."
+    )
+    p.add_argument(
+        "--api-key-env", help="Environment variable holding the server's API key (sent as Bearer)."
+    )
+    p.add_argument("--tolerance", type=float, default=0.05,
+                   help="Largest allowed |served - local| per-token logprob, in nats (default 0.05).")  # fmt: skip
+    p.add_argument("--mean-tolerance", type=float, default=None,
+                   help="Also require the mean |served - local| logprob to be at most this (default: not gated).")  # fmt: skip
+    p.add_argument("--checkpoint", help="Checkpoint directory (default: $RLCYCLE_CHECKPOINT_DIR).")
+    p.add_argument("--id", help="Checkpoint id (default: $RLCYCLE_CHECKPOINT_ID, else computed).")
+    p.add_argument(
+        "--path-map",
+        help="LOCAL=REMOTE: rewrite the adapter path's prefix for a server on another host.",
+    )
+    p.add_argument(
+        "--device", default="cpu", help="Device of the local reference model (default cpu)."
+    )
+    p.add_argument(
+        "--timeout", type=float, default=60.0, help="Seconds per HTTP request (default 60)."
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if not args.tolerance > 0 or (
+            args.mean_tolerance is not None and not args.mean_tolerance > 0
+        ):
+            raise InputError(
+                f"--tolerance {args.tolerance} / --mean-tolerance {args.mean_tolerance}: must be > 0",
+                hint="e.g. --tolerance 0.05",
+            )
+        report = run(args)
+    except RlcycleError as e:
+        sys.stderr.write(f"Error: {e.message}\n" + (f"Hint: {e.hint}\n" if e.hint else ""))
+        return e.exit_code
+    print(json.dumps(asdict(report)), flush=True)
+    sys.stderr.write(_summary(report) + "\n")
+    return 0 if report.passed else EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
