@@ -83,6 +83,7 @@ EVENTS = Contract(
         ("tool_calls", pa.list_(LOGGED_TOOL_CALL)),
         ("latency_ms", pa.float64()),
         ("temperature", pa.float32()),
+        ("max_new_tokens", pa.int32()),  # extension: the sampler's per-call token limit
         ("call_id", pa.string()),
         ("status", pa.string()),
         ("error", pa.string()),
@@ -135,6 +136,7 @@ _TRAJECTORY_EXTENSIONS = (
     ("feedback_kind", pa.string()),  # thumbs / accept / reject
     ("temperature", pa.float32()),
     ("n_turns", pa.int32()),  # samples in the episode
+    ("max_new_tokens", pa.int32()),  # the sampler's per-call token limit (Dr. GRPO's M)
 )
 TRAJECTORIES = Contract(
     "trajectories",

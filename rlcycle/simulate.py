@@ -44,7 +44,6 @@ from rlcycle import io as rio
 from rlcycle.agent.runner import (
     EpisodeResult,
     RunnerConfig,
-    run_episodes,
     run_id_for,
     summarize,
 )
@@ -52,24 +51,34 @@ from rlcycle.agent.user import UserConfig
 from rlcycle.config import cfg, check_range
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
+from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 
 
 @dataclass
-class SimulateConfig(RunnerConfig, UserConfig):
-    """Options of `rlcycle simulate`: the runner's and the simulated user's, plus these."""
+class SimulateConfig(RunnerConfig, UserConfig, RolloutConfig):
+    """Options of `rlcycle simulate`: the runner's, the simulated user's, where episodes run
+    (`executor`: local or ray, docs/scale.md), plus these."""
 
     episodes: int | None = cfg(None, help="Sessions to run, cycling over the tasks (default: "
                                           "one per task).")
     seed: int = cfg(0, help="Seed of sampling and of the simulated user.")
-    sandboxes: int = cfg(4, help="Sandboxes in the pool (sessions run concurrently over them).")
+    sandboxes: int = cfg(4, help="Sandboxes in the pool (sessions run concurrently over them); "
+                                 "with executor=ray: in each worker's pool.")
     tokenizer: str | None = cfg(None, help="Tokenizer directory for rendering prompts: needed for "
                                            "an http policy; scripted policies default to "
                                            "sample_data/tokenizer; a checkpoint uses its own.")
+    prefix_cache_tokens: int = cfg(0, help="Prefix KV cache budget (tokens) of a checkpoint run "
+                                           "in-process: a turn reuses the keys/values of the "
+                                           "previous prompt, e.g. 16384 (rlcycle/policy/prefix.py). "
+                                           "0 = off, the default: reused keys/values change "
+                                           "logprobs at the 1e-6 level, so events are no longer "
+                                           "bit-identical to a cold run.")
 
     def validate(self) -> list[str]:
-        problems = RunnerConfig.validate(self) + UserConfig.validate(self)
+        problems = RunnerConfig.validate(self) + UserConfig.validate(self) + RolloutConfig.validate(self)
         check_range(problems, self, "episodes", ge=1, optional=True)
         check_range(problems, self, "sandboxes", ge=1)
+        check_range(problems, self, "prefix_cache_tokens", ge=0)
         return problems
 
     def runner(self) -> RunnerConfig:
@@ -121,34 +130,31 @@ def run(config: SimulateConfig, policy: Any, tasks: Any, out: str | Path,
 
     `policy`: a Policy object or a reference string (see the module docstring); `tasks`: a
     suite directory or a list of Tasks; `out`: a .jsonl path or `-` (stdout)."""
-    from rlcycle.sandbox import SandboxPool
-
     problems = config.validate()
     if problems:
         raise InputError(f"{len(problems)} problem(s) in the SimulateConfig:\n  " + "\n  ".join(problems),
                          hint="fix the values above (defaults < --config < --set < flags)")
     started = time.monotonic()
     task_list = _load_tasks(tasks)
-    policy_obj, name = _load_policy(policy, config.tokenizer)
-    renderer = _renderer(policy_obj, config.tokenizer)
+    spec, name = _policy_spec(policy, config)
     progress = Progress("simulate", quiet=quiet)
     runner = config.runner()
     n = config.episodes or len(task_list)
     try:
-        with _event_sink(out) as sink, SandboxPool(size=min(config.sandboxes, n)) as pool:
+        with _event_sink(out) as sink, open_executor(config.rollout(), min(config.sandboxes, n)) as ex:
             writer = _OrderedWriter(sink)
 
             def done(r: EpisodeResult) -> None:
                 writer.add(r)
                 progress.update(episodes=f"{writer.done}/{n}", passed=writer.passed, events=writer.events)
 
-            results = run_episodes(
-                policy_obj, name, task_list, pool, runner, seed=config.seed, simulate_user=True,
-                n_episodes=n, renderer=renderer, user_config=config.user(), on_result=done,
+            results = ex.run(
+                spec, name, task_list, runner, seed=config.seed, simulate_user=True,
+                n_episodes=n, user_config=config.user(), on_result=done,
             )  # fmt: skip
     finally:
-        if policy_obj is not policy:  # we loaded it: free its memory and threads
-            policy_obj.close()
+        if spec.policy is not None and spec.policy is not policy:  # we loaded it: free it
+            spec.policy.close()
     stats = summarize(results)
     return SimulateResult(
         output=str(out), policy=name,
@@ -213,12 +219,30 @@ def _load_tasks(tasks: Any) -> list:
     return task_list
 
 
-def _load_policy(policy: Any, tokenizer: str | None) -> tuple[Any, str]:
+def _policy_spec(policy: Any, config: SimulateConfig) -> tuple[PolicySpec, str]:
+    """The policy as the executor needs it, and its name. Locally it is loaded here; Ray
+    workers load their own copies from the reference, so only its name is read here."""
+    if config.executor == "ray":
+        from rlcycle.rollout.executor import pin_policy
+
+        if not isinstance(policy, (str, Path)):
+            raise InputError("executor=ray takes a policy reference, not a loaded Policy object",
+                             hint="pass a checkpoint dir, registry alias, http URL or scripted:* name")
+        if str(policy).startswith(("http://", "https://")) and config.tokenizer is None:
+            raise InputError(f"policy {str(policy)!r} comes without a tokenizer",
+                             hint="pass --tokenizer DIR: the tokenizer of the served model")
+        ref, name, _ = pin_policy(str(policy))
+        return PolicySpec(ref, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens), name
+    policy_obj, name = _load_policy(policy, config.tokenizer, config.prefix_cache_tokens)
+    return PolicySpec(None, config.tokenizer, policy_obj, _renderer(policy_obj, config.tokenizer)), name
+
+
+def _load_policy(policy: Any, tokenizer: str | None, prefix_cache_tokens: int) -> tuple[Any, str]:
     if not isinstance(policy, (str, Path)):
         return policy, str(getattr(policy, "name", type(policy).__name__))
     from rlcycle.policy.resolve import resolve_policy
 
-    resolved = resolve_policy(str(policy), tokenizer=tokenizer)
+    resolved = resolve_policy(str(policy), tokenizer=tokenizer, prefix_cache_tokens=prefix_cache_tokens)
     return resolved.policy, resolved.name
 
 

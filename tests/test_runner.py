@@ -109,7 +109,7 @@ def expected_events(tok, task: Task, session: str) -> list[dict]:
             "tool_calls": [{"call_id": call, "name": body["name"],
                             "arguments": json.dumps(body["arguments"]) if turn != 1
                             else json.dumps(body)}],
-            "temperature": 0.7, "loss_mask": [1] * len(ids),
+            "temperature": 0.7, "max_new_tokens": RunnerConfig().max_new_tokens, "loss_mask": [1] * len(ids),
         })  # fmt: skip
         status, error = ("invalid", "invalid tool call (missing_argument): apply_patch: "
                          "missing argument 'patch'") if turn == 1 else ("ok", None)  # fmt: skip

@@ -6,7 +6,7 @@ What comes out: event dicts (one JSON object per line of an events log), in caus
 
     completion   episode_id, sample_id, turn, policy_version, prompt_ids, completion_ids,
                  completion_logprobs, completion_text, tool_calls, latency_ms, temperature,
-                 loss_mask (optional extension, see below)
+                 max_new_tokens, loss_mask (optional extensions, see below)
     tool_result  sample_id, call_id, status (ok/error/invalid/timeout), error, duration_ms
     user_message episode_id (the episode it follows), text
     edit_outcome sample_id, call_id, lines_proposed, lines_surviving, observed_after_s
@@ -25,7 +25,8 @@ dropped by `event_id`, so a rerun cannot double-count):
     event_id    {sample_id}-completion, {call_id}-result, {call_id}-outcome,
                 {episode_id}-user, {episode_id}-feedback
 
-`loss_mask` is the harness Transcript's mask over `completion_ids`. Every completion id was
+`max_new_tokens` is the runner's per-call token limit (its config's `max_new_tokens`): train's
+Dr. GRPO divides by it (docs/train.md). `loss_mask` is the harness Transcript's mask over `completion_ids`. Every completion id was
 sampled, so it is all ones; it is written so a reader can check that tool output never reaches
 the loss (tool outputs live only in later `prompt_ids`, masked 0 by construction). collect
 ignores fields it does not know.
@@ -74,6 +75,7 @@ class SessionLog:
     policy_version: str
     clock: SimClock
     temperature: float
+    max_new_tokens: int | None = None  # the sampler's per-call limit (Dr. GRPO's M in train)
     events: list[dict[str, Any]] = field(default_factory=list)
     episode: int = 0  # index of the current episode (user request) in the session
     turn: int = 0  # index of the next sample in the current episode
@@ -113,6 +115,7 @@ class SessionLog:
             tool_calls=[{"call_id": cid, "name": name, "arguments": args}
                         for cid, (name, args) in zip(call_ids, calls, strict=True)],
             latency_ms=round(float(latency_ms), 3), temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
             loss_mask=list(loss_mask),
         )  # fmt: skip
         self.turn += 1

@@ -179,7 +179,8 @@ class _Session:
         self.rng = random.Random(derive_seed(c.seed, self.task.id, self.attempt, "user"))
         start = c.start_ms + self.index * c.config.session_gap_s * 1000.0
         sid = f"{c.run_id}-{self.task.id}-a{self.attempt}"
-        self.log = SessionLog(sid, c.policy_name, SimClock(start), c.config.temperature)
+        self.log = SessionLog(sid, c.policy_name, SimClock(start), c.config.temperature,
+                              max_new_tokens=c.config.max_new_tokens)
         self.turns = self.n_calls = self.n_invalid = self.tokens = self.clarifications = 0
         self.latency_ms = 0.0
         self.edited = self.asked = False
@@ -372,6 +373,7 @@ def run_episodes(
     renderer: ChatRenderer | None = None,
     user_config: UserConfig | None = None,
     on_result: Callable[[EpisodeResult], None] | None = None,
+    only: Sequence[int] | None = None,
 ) -> list[EpisodeResult]:
     """Run every task `attempts` times (attempt-major: all tasks once, then again ...).
 
@@ -379,7 +381,10 @@ def run_episodes(
     i // len(tasks)). `renderer` defaults to a ChatRenderer of `policy.tokenizer`.
     `simulate_user` adds the user's follow-up, thumbs and edit outcomes to the events
     (clarifying questions are answered either way). Results come in job order; `on_result`
-    sees each one as it is done. A policy that raises stops the run (sandboxes are returned)."""
+    sees each one as it is done. A policy that raises stops the run (sandboxes are returned).
+    `only` runs just those positions of the job list, a shard of a larger run (the Ray
+    executor's): ids, seeds and the simulated clock are the full run's, and the results are
+    those positions' in the order given."""
     problems = config.validate() + (user_config.validate() if user_config else [])
     if problems:
         raise InputError("bad runner config: " + "; ".join(problems), hint="see RunnerConfig")
@@ -388,7 +393,11 @@ def run_episodes(
     if hasattr(policy, "bind_tasks"):
         policy.bind_tasks(tasks)  # scripted policies that look up each task's script
     total = n_episodes if n_episodes is not None else attempts * len(tasks)
-    jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in range(total)]
+    order = list(range(total)) if only is None else list(only)
+    if len(set(order)) != len(order) or any(not 0 <= i < total for i in order):
+        raise InputError(f"job positions {order[:20]}{' ...' if len(order) > 20 else ''}: each must be in "
+                         f"0..{total - 1}, at most once", hint="a shard names distinct positions of the run")
+    jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in order]
     ctx = _Context(policy, policy_name, pool, renderer or _renderer(policy), config, seed,
                    simulate_user, SimulatedUser(user_config),
                    config.run_id or run_id_for(policy_name, seed, config, tasks, simulate_user, user_config),
@@ -397,6 +406,7 @@ def run_episodes(
     # wait for that very step.
     width = max(1, min(config.concurrency, getattr(pool, "size", config.concurrency)))
     results: list[EpisodeResult | None] = [None] * len(jobs)
+    slot: dict[int, int] = {}  # job position -> place in `results`
     live: list[_Session] = []
     next_job = 0
     with ThreadPoolExecutor(max_workers=width, thread_name_prefix="rlcycle-episode") as workers:
@@ -404,12 +414,13 @@ def run_episodes(
             while next_job < len(jobs) or live:
                 while next_job < len(jobs) and len(live) < width:
                     task, attempt = jobs[next_job]
-                    live.append(_Session(next_job, task, attempt, ctx))
+                    live.append(_Session(order[next_job], task, attempt, ctx))
+                    slot[order[next_job]] = next_job
                     next_job += 1
                 _sandbox_step(live, workers)
                 for s in [s for s in live if s.result is not None]:
                     live.remove(s)  # and with it the transcript: memory stays ~ `width` sessions
-                    results[s.index] = s.result
+                    results[slot.pop(s.index)] = s.result
                     if on_result is not None:
                         on_result(s.result)  # type: ignore[arg-type]
                 _model_step(ctx, [s for s in live if s.waiting])

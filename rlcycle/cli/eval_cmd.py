@@ -21,7 +21,8 @@ def register(app: typer.Typer) -> None:
             "candidate.\n\n"
             "Examples:\n\n"
             "  rlcycle eval --candidate runs/c1/checkpoint --baseline production --tasks sample_data/tasks -o runs/c1/eval/eval_results.arrow\n\n"
-            "  rlcycle eval --candidate scripted:reference --baseline scripted:nothing --tasks sample_data/tasks -o /tmp/e.arrow --json"
+            "  rlcycle eval --candidate scripted:reference --baseline scripted:nothing --tasks sample_data/tasks -o /tmp/e.arrow --json\n\n"
+            "  rlcycle eval --candidate runs/c1/checkpoint --tasks /shared/suite --executor ray --ray-address auto -o runs/c1/eval/eval_results.arrow"
         ),
     )
     def eval_(
@@ -31,6 +32,8 @@ def register(app: typer.Typer) -> None:
         out: Path = opt.out("eval_results.arrow to write (verdict.json goes beside it)."),
         attempts: int = typer.Option(None, "--attempts", "-k", help="Attempts per task and policy (default 2)."),
         sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes running at once (default 4)."),
+        executor: str = typer.Option(None, "--executor", help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md)."),
+        ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray)."),
         config: Path = opt.config("eval"),
         set_: list[str] = opt.sets(help="Override a config key: --set max_clarification_rate_increase=0.05."),
         as_json: bool = opt.json_flag("Print the verdict as one JSON object on stdout."),
@@ -38,7 +41,7 @@ def register(app: typer.Typer) -> None:
         from rlcycle.config import resolve
         from rlcycle.evaluation import stage
 
-        cfg = resolve(stage.EvalConfig, config, set_, {"attempts": attempts, "sandboxes": sandboxes}, section="eval")
+        cfg = resolve(stage.EvalConfig, config, set_, {"attempts": attempts, "sandboxes": sandboxes, "executor": executor, "ray_address": ray_address}, section="eval")
         result = stage.run(cfg, candidate, baseline, tasks, out)
         console.err.print(stage.verdict_table(result.verdict))
         if as_json:

@@ -24,7 +24,9 @@ def register(app: typer.Typer) -> None:
             "  rlcycle simulate --policy runs/demo/policy --tasks sample_data/tasks -n 40 -o sim.jsonl\n\n"
             "  rlcycle simulate --policy scripted:reference --tasks sample_data/tasks -o ref.jsonl --json\n\n"
             "  rlcycle simulate --policy http://127.0.0.1:8000 --tokenizer runs/demo/policy "
-            "--tasks sample_data/tasks -o - | rlcycle collect - -o traj.arrow"
+            "--tasks sample_data/tasks -o - | rlcycle collect - -o traj.arrow\n\n"
+            "  rlcycle simulate --policy scripted:reference --tasks sample_data/tasks -n 1000 "
+            "--executor ray --ray-address auto -o sim.jsonl"
         ),
     )
     def simulate(
@@ -39,6 +41,8 @@ def register(app: typer.Typer) -> None:
         max_new_tokens: int = typer.Option(None, "--max-new-tokens", help="Tokens per model call at most (default 256)."),
         sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes in the pool (default 4)."),
         tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer directory (needed for an http policy)."),
+        executor: str = typer.Option(None, "--executor", help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md)."),
+        ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray)."),
         config: Path = opt.config("simulate"),
         set_: list[str] = opt.sets("feedback_rate=0.5"),
         as_json: bool = opt.json_flag(),
@@ -51,7 +55,7 @@ def register(app: typer.Typer) -> None:
             stage.SimulateConfig, config, set_,
             {"episodes": episodes, "seed": seed, "start": start, "temperature": temperature,
              "max_turns": max_turns, "max_new_tokens": max_new_tokens, "sandboxes": sandboxes,
-             "tokenizer": tokenizer},
+             "tokenizer": tokenizer, "executor": executor, "ray_address": ray_address},
             section="simulate",
         )  # fmt: skip
         result = stage.run(cfg, policy, tasks, out, quiet=quiet)

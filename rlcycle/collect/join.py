@@ -47,6 +47,7 @@ def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
         pl.col("completion_ids").cast(pl.List(pl.Int32)),
         pl.col("completion_logprobs").cast(pl.List(pl.Float32)).alias("behavior_logprobs"),
         "tool_calls", "latency_ms", pl.col("temperature").cast(pl.Float32),
+        pl.col("max_new_tokens").cast(pl.Int32),
     )  # fmt: skip
     n = comp.height
     # Two completion events for one sample_id (distinct event ids) is a logging bug upstream:
@@ -216,5 +217,5 @@ def _finish(comp: pl.DataFrame) -> pl.DataFrame:
         pl.col("n_invalid_tool_calls").fill_null(0), "edit_lines_proposed", "edit_lines_surviving",
         "followup_text", "feedback", "latency_ms", "is_final_turn",
         pl.col("n_tool_errors").fill_null(0), pl.col("edit_outcomes_missing").fill_null(0),
-        "feedback_scope", "feedback_kind", "temperature", "n_turns",
+        "feedback_scope", "feedback_kind", "temperature", "n_turns", "max_new_tokens",
     )  # fmt: skip

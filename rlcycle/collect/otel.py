@@ -148,6 +148,7 @@ def _span_event(span: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         "tool_calls": calls,
         "latency_ms": (end - start) / 1e6 if start and end else None,
         "temperature": a.get("gen_ai.request.temperature"),
+        "max_new_tokens": a.get("gen_ai.request.max_tokens"),
     }, None
 
 

@@ -266,7 +266,7 @@ def _reason_kind(reason: str) -> str:
 # Columns that trajectories need; the rest of each event is not carried to disk.
 _KEEP = [
     "event_id", "type", "ts_ms", "session_id", "episode_id", "sample_id", "turn", "policy_version",
-    "prompt_ids", "completion_ids", "completion_logprobs", "tool_calls", "latency_ms", "temperature",
+    "prompt_ids", "completion_ids", "completion_logprobs", "tool_calls", "latency_ms", "temperature", "max_new_tokens",
     "call_id", "status", "error", "lines_proposed", "lines_surviving", "text", "value", "kind",
 ]  # fmt: skip
 

@@ -32,23 +32,34 @@ from rlcycle import io as rio
 from rlcycle.config import cfg, check_range
 from rlcycle.errors import InputError
 from rlcycle.evaluation.verdict import GateConfig, decide
+from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 from rlcycle.schema import EVAL_RESULTS, conform
 
 
 @dataclass
-class EvalConfig(GateConfig):
+class EvalConfig(GateConfig, RolloutConfig):
+    """Options of `rlcycle eval`: the gates, where episodes run (`executor`: local or ray,
+    docs/scale.md), plus these."""
+
     attempts: int = cfg(2, help="Attempts per task and policy (k for pass@k is at most this).")
-    sandboxes: int = cfg(4, help="Sandboxes in the pool (tasks run concurrently over them).")
+    sandboxes: int = cfg(4, help="Sandboxes in the pool (tasks run concurrently over them); with executor=ray: per worker.")
     max_turns: int = cfg(8, help="Model calls per episode at most.")
     max_new_tokens: int = cfg(256, help="Tokens per model call at most.")
     temperature: float = cfg(1.0, help="Sampling temperature of both policies.")
     retries: int = cfg(1, help="Retries of an episode whose sandbox broke before it counts as error.")
     tokenizer: str | None = cfg(None, help="Tokenizer for scripted policies (default: sample_data/tokenizer).")
     max_tasks: int | None = cfg(None, help="Evaluate at most this many tasks, taken round-robin over clusters (none = all).")
+    # On here, off in simulate: reused keys/values equal a fresh prefill up to float rounding,
+    # so logprobs move by ~1e-6 but the sampled ids, and so every eval row, stay the same
+    # (tests/test_rollout.py checks both, greedy and seeded); simulate's events carry logprobs.
+    prefix_cache_tokens: int = cfg(16384, help="Prefix KV cache budget (tokens) of each checkpoint run in-process: a "
+                                               "turn reuses the keys/values of earlier prompts (rlcycle/policy/prefix.py); "
+                                               "0 = off. Servers keep their own cache.")
 
     def validate(self) -> list[str]:
-        problems = super().validate()
+        problems = GateConfig.validate(self) + RolloutConfig.validate(self)
         check_range(problems, self, ("attempts", "sandboxes", "max_turns", "max_new_tokens"), ge=1)
+        check_range(problems, self, "prefix_cache_tokens", ge=0)
         if self.k > self.attempts:
             problems.append(f"k={self.k}: pass@k needs k <= attempts ({self.attempts})")
         return problems
@@ -73,41 +84,48 @@ def _rows(episodes) -> pa.Table:
 
 
 def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path, out: str | Path) -> EvalResult:
-    from rlcycle.agent.runner import RunnerConfig, run_episodes
-    from rlcycle.policy.resolve import resolve_policy
-    from rlcycle.sandbox import SandboxPool
-    from rlcycle.tasks.suite import load_suite
+    from rlcycle.agent.runner import RunnerConfig
 
+    problems = config.validate()
+    if problems:
+        raise InputError(f"{len(problems)} problem(s) in the EvalConfig:\n  " + "\n  ".join(problems),
+                         hint="fix the values above (defaults < --config < --set < flags)")
     started = time.monotonic()
     out = Path(out)
     if out.suffix not in (".arrow", ".parquet"):
         raise InputError(f"-o {out}: expected an .arrow or .parquet path for the eval results",
                          hint="e.g. -o runs/c1/eval/eval_results.arrow")
-    tasks = pick_tasks(load_suite(tasks_dir), config.max_tasks)
+    tasks = pick_tasks(_load_suite(tasks_dir), config.max_tasks)
     if not tasks:
         raise InputError(f"{tasks_dir}: no tasks", hint="`rlcycle tasks ls DIR` lists a suite")
     runner = RunnerConfig(max_turns=config.max_turns, max_new_tokens=config.max_new_tokens,
                           temperature=config.temperature, retries=config.retries,
                           concurrency=config.sandboxes)  # fmt: skip
-    cand = resolve_policy(candidate, tokenizer=config.tokenizer)
-    base = resolve_policy(baseline, tokenizer=config.tokenizer)
+    cand = _policy(candidate, config)
+    base = _policy(baseline, config)
     cand_name, base_name = f"candidate:{cand.name}", f"baseline:{base.name}"
     episodes = []
-    with SandboxPool(size=config.sandboxes) as pool:
-        # The first episodes of a process pay one-off costs (allocator growth, kernel caches at
-        # new prompt sizes, cold sandboxes): one discarded warm-up round per policy, on the real
-        # path, so the latency gate compares the models rather than the run order.
-        for resolved in (cand, base):
-            if not resolved.name.startswith("scripted:"):
-                run_episodes(resolved.policy, "warm-up", tasks[: config.sandboxes], pool, runner, seed=config.seed)
-        # ABBA order (candidate, baseline on one half of the tasks; baseline, candidate on the
-        # other): a machine that gets slower or faster during the run biases neither policy.
-        halves = (tasks[0::2], tasks[1::2])
-        plan = [(cand, cand_name, halves[0]), (base, base_name, halves[0]),
-                (base, base_name, halves[1]), (cand, cand_name, halves[1])]  # fmt: skip
-        for resolved, name, part in plan:
-            if part:
-                episodes += run_episodes(resolved.policy, name, part, pool, runner, attempts=config.attempts, seed=config.seed)
+    try:
+        with open_executor(config.rollout(), config.sandboxes) as ex:
+            # The first episodes of a process pay one-off costs (allocator growth, kernel caches
+            # at new prompt sizes, cold sandboxes): one discarded warm-up round per policy (per
+            # worker on Ray), on the real path, so the latency gate compares the models rather
+            # than the run order.
+            for p in (cand, base):
+                if not p.name.startswith("scripted:"):
+                    ex.warm_up(p.spec, tasks, runner, seed=config.seed)
+            # ABBA order (candidate, baseline on one half of the tasks; baseline, candidate on
+            # the other): a machine that gets slower or faster during the run biases neither.
+            halves = (tasks[0::2], tasks[1::2])
+            plan = [(cand, cand_name, halves[0]), (base, base_name, halves[0]),
+                    (base, base_name, halves[1]), (cand, cand_name, halves[1])]  # fmt: skip
+            for p, name, part in plan:
+                if part:
+                    episodes += ex.run(p.spec, name, part, runner, attempts=config.attempts, seed=config.seed)
+    finally:
+        for p in (cand, base):
+            if p.spec.policy is not None:
+                p.spec.policy.close()
     table = _rows(episodes)
     verdict = decide_from_table(table, cand_name, base_name, config)
     verdict.update({
@@ -120,6 +138,32 @@ def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path
     rio.write_table(table, out)
     rio.atomic_write_text(verdict_path, json.dumps(verdict, indent=2, default=str) + "\n")
     return EvalResult(str(out), str(verdict_path), verdict, time.monotonic() - started)
+
+
+@dataclass
+class _Policy:
+    spec: PolicySpec
+    name: str
+    checkpoint_id: str | None
+
+
+def _policy(ref: str, config: EvalConfig) -> _Policy:
+    """Loaded here for the local executor; for Ray only named (each worker loads its copy)."""
+    if config.executor == "ray":
+        from rlcycle.rollout.executor import pin_policy
+
+        pinned, name, cid = pin_policy(ref)
+        return _Policy(PolicySpec(pinned, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens), name, cid)
+    from rlcycle.policy.resolve import resolve_policy
+
+    r = resolve_policy(ref, tokenizer=config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens)
+    return _Policy(PolicySpec(None, config.tokenizer, r.policy), r.name, r.checkpoint_id)
+
+
+def _load_suite(tasks_dir: str | Path) -> list:
+    from rlcycle.tasks.suite import load_suite
+
+    return load_suite(tasks_dir)
 
 
 def pick_tasks(tasks: list, limit: int | None) -> list:

@@ -318,6 +318,7 @@ def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any
         "tool_calls": [{"call_id": r.call_id(i), "name": c.name, "arguments": c.arguments_json}
                        for i, c in enumerate(calls)],
         "latency_ms": round(float(r.gen.latency_ms), 3), "temperature": sampling["temperature"],
+        "max_new_tokens": sampling["max_tokens"],  # the request's limit: Dr. GRPO's M in train
         # Extensions collect ignores today; what a correction of truncated sampling would need.
         "top_p": sampling["top_p"], "seed": sampling["seed"], "sampling": sampling,
         "finish_reason": r.gen.finish_reason, "request_id": r.request_id, "served_as": r.role,

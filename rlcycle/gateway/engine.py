@@ -6,8 +6,9 @@ for a sticky canary share of sessions) and `release` gives it back.
 
 An `Engine` is one checkpoint: its id (logged as `policy_version` and sent as the
 `X-Checkpoint-Id` header), its tokenizer's `ChatRenderer`s (one per tool set), and a backend:
-- in-process: an `HFPolicy` behind a batching thread (as `rlcycle serve` batches: take what is
-  queued, up to `max_batch_size`, waiting at most `batch_wait_ms`, one `generate` for all);
+- in-process: an `HFPolicy` behind the shared `policy.batching.Batcher` (the batching of
+  `rlcycle serve`: take what is queued, up to `max_batch_size`, waiting at most
+  `batch_wait_ms`, one `generate` for all);
 - upstream: `HTTPPolicy` against an OpenAI-compatible completions server (token ids in, token
   ids and logprobs out), which batches on its side.
 
@@ -22,12 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import queue
 import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +35,8 @@ from rlcycle.gateway.config import GatewayConfig
 from rlcycle.harness.render import ChatRenderer
 from rlcycle.harness.tools import ToolSpec
 from rlcycle.policy.base import Generation, SamplingParams
+from rlcycle.policy.batching import Batcher, generate_batch
 from rlcycle.policy.registry import Registry, checkpoint_id
-
-
-@dataclass
-class _Job:
-    prompt: list[int]
-    params: SamplingParams
-    future: Future
 
 
 class Engine:
@@ -62,10 +55,9 @@ class Engine:
         self.retired = False
         self._renderers: OrderedDict[str, ChatRenderer] = OrderedDict()
         self._lock = threading.Lock()
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
         if in_process:
-            self._worker = threading.Thread(target=self._batch_loop, name=f"gw-batch-{cid[:15]}", daemon=True)
-            self._worker.start()
+            self._batcher = Batcher(generate_batch(policy), config.max_batch_size, config.batch_wait_ms,
+                                    name=f"gw-batch-{cid[:15]}")
         else:
             self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gw-upstream")
 
@@ -86,12 +78,9 @@ class Engine:
 
     def submit(self, prompt: list[int], params: SamplingParams) -> Future:
         """Queue one prompt; the Future resolves to its Generation."""
-        fut: Future = Future()
         if self.in_process:
-            self._jobs.put(_Job(prompt, params, fut))
-        else:
-            return self._pool.submit(self._upstream_one, prompt, params)
-        return fut
+            return self._batcher.submit((prompt, params))
+        return self._pool.submit(self._upstream_one, prompt, params)
 
     def _upstream_one(self, prompt: list[int], params: SamplingParams) -> Generation:
         start = time.perf_counter()
@@ -99,36 +88,10 @@ class Engine:
         gen.latency_ms = (time.perf_counter() - start) * 1000.0
         return gen
 
-    def _batch_loop(self) -> None:
-        wait_s = self.config.batch_wait_ms / 1000.0
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            batch = [job]
-            deadline = time.monotonic() + wait_s
-            while len(batch) < self.config.max_batch_size:
-                try:
-                    nxt = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self._jobs.put(None)  # stop after this batch
-                    break
-                batch.append(nxt)
-            try:
-                gens = self.policy.generate([j.prompt for j in batch], [j.params for j in batch])
-            except Exception as e:  # every waiting request gets the error
-                for j in batch:
-                    j.future.set_exception(e)
-                continue
-            for j, g in zip(batch, gens, strict=True):
-                j.future.set_result(g)
-
     def close(self) -> None:
         """Stop the worker and release the model (called once nothing is in flight)."""
         if self.in_process:
-            self._jobs.put(None)
+            self._batcher.close()  # runs anything still queued before the model goes
         else:
             self._pool.shutdown(wait=False)
         self.policy.close()

@@ -28,8 +28,15 @@ class ResolvedPolicy:
     path: Path | None
 
 
-def resolve_policy(ref: str, tokenizer: str | Path | None = None, **options: Any) -> ResolvedPolicy:
-    """Load the policy `ref` names (see the module docstring)."""
+def resolve_policy(
+    ref: str, tokenizer: str | Path | None = None, prefix_cache_tokens: int = 0, **options: Any
+) -> ResolvedPolicy:
+    """Load the policy `ref` names (see the module docstring).
+
+    `prefix_cache_tokens` is the prefix KV cache budget of the in-process backend
+    (HFPolicyConfig, rlcycle/policy/prefix.py), so it applies to checkpoints only: a scripted
+    policy has no model, and a server keeps its own cache (vLLM, SGLang, `rlcycle serve
+    --prefix-cache-tokens`). `options` go to the backend's config as given."""
     from rlcycle.policy.load import load_policy
     from rlcycle.policy.registry import Registry, checkpoint_id
 
@@ -43,4 +50,5 @@ def resolve_policy(ref: str, tokenizer: str | Path | None = None, **options: Any
     if not path.is_dir():
         path = Registry().resolve(ref)  # raises a clear error naming the known aliases
     cid = checkpoint_id(path)
+    options = {"prefix_cache_tokens": prefix_cache_tokens, **options}
     return ResolvedPolicy(load_policy(path, **options), cid, cid, path)

@@ -39,11 +39,12 @@ a missing name or path, or a name already loaded: 400 `InvalidUserInput`; no ada
 name that is not loaded: 404 `NotFoundError`. Success is 200 with a plain-text line. See
 `_Adapters` for how adapters share the weights and why each has its own prefix cache.
 
-Requests from many connections are batched: a worker takes what is queued (up to
-`max_batch_size`, waiting at most `batch_wait_ms` for more) and runs one `generate` over all of
-them with one SamplingParams per prompt, so results do not depend on what else was queued
-(see hf.py for what that guarantees). A batch is split by model (base, or one adapter): each
-group runs as one `generate` with its adapter active.
+Requests from many connections are batched by the shared `batching.Batcher` (the gateway's
+too): a worker takes what is queued (up to `max_batch_size`, waiting at most `batch_wait_ms`
+for more) and runs one `generate` over all of them with one SamplingParams per prompt, so
+results do not depend on what else was queued (see hf.py for what that guarantees). A batch is
+split by model (base, or one adapter; the batcher's `key`): each group runs as one `generate`
+with its adapter active, and an error fails only its own group.
 
 Threat model: no TLS and, by default, no authentication; it binds to loopback. Anyone who can
 reach the port can use the model. `api_key` requires `Authorization: Bearer KEY` (compared in
@@ -57,7 +58,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import queue
 import threading
 import time
 import uuid
@@ -72,6 +72,7 @@ from typing import Any
 from rlcycle.config import cfg
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.policy.base import FINISH_LENGTH, Generation, SamplingParams
+from rlcycle.policy.batching import Batcher
 
 NEUTRAL = {
     "top_k": (-1, 0, None),
@@ -121,7 +122,6 @@ class ApiError(Exception):
 class _Job:
     prompt: list[int]
     params: SamplingParams | None  # None: score the prompt only (echo with max_tokens 0)
-    future: Future
     model: str | None = None  # an adapter's name, None for the base
     echo: bool = False  # also score the prompt (prompt logprobs)
 
@@ -140,7 +140,6 @@ class PolicyServer:
         self.config = config or ServeConfig()
         self.name = self.config.name or getattr(policy, "name", "rlcycle-policy")
         self.adapters = _Adapters(policy)
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
         try:
             self._httpd = ThreadingHTTPServer((self.config.host, self.config.port), _handler(self))
         except OSError as e:
@@ -149,10 +148,15 @@ class PolicyServer:
                 hint="choose another --port (0 picks a free one)",
             ) from None
         self._httpd.daemon_threads = True
-        self._worker = threading.Thread(
-            target=self._batch_loop, name="rlcycle-batcher", daemon=True
+        # One generate per model: an adapter is active for the whole call, so requests for
+        # different adapters (or the base) never share a forward pass.
+        self._batcher: Batcher[_Job, _Result] = Batcher(
+            self._run_group,
+            self.config.max_batch_size,
+            self.config.batch_wait_ms,
+            name="rlcycle-batcher",
+            key=lambda job: job.model,
         )
-        self._worker.start()
         self._thread: threading.Thread | None = None
 
     @property
@@ -180,7 +184,7 @@ class PolicyServer:
             self._httpd.shutdown()
             self._thread = None
         self._httpd.server_close()
-        self._jobs.put(None)
+        self._batcher.close()  # runs what is still queued, then stops the worker (idempotent)
 
     def __enter__(self) -> PolicyServer:
         return self.start()
@@ -197,37 +201,7 @@ class PolicyServer:
         echo: bool = False,
     ) -> Future:
         """Queue one prompt; the Future resolves to its _Result (generation, prompt logprobs)."""
-        fut: Future = Future()
-        self._jobs.put(_Job(prompt, params, fut, model, echo))
-        return fut
-
-    def _batch_loop(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            batch = [job]
-            deadline = time.monotonic() + self.config.batch_wait_ms / 1000.0
-            while len(batch) < self.config.max_batch_size:
-                try:
-                    nxt = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self._jobs.put(None)  # stop after this batch
-                    break
-                batch.append(nxt)
-            # One generate per model: an adapter is active for the whole call, so requests for
-            # different adapters (or the base) never share a forward pass.
-            for group in _by_model(batch):
-                try:
-                    results = self._run_group(group)
-                except Exception as e:  # each waiting request of this group gets the error
-                    for j in group:
-                        j.future.set_exception(e)
-                    continue
-                for j, r in zip(group, results, strict=True):
-                    j.future.set_result(r)
+        return self._batcher.submit(_Job(prompt, params, model, echo))
 
     def _run_group(self, jobs: list[_Job]) -> list[_Result]:
         """Generate (and score prompts, for echo) for jobs of one model, its adapter active."""
@@ -479,14 +453,6 @@ class _Adapters:
         """Remove `name`'s LoRA weights from the model, if any were attached."""
         if self._peft is not None and name in self._peft.peft_config:
             self._peft.delete_adapter(name)
-
-
-def _by_model(batch: list[_Job]) -> list[list[_Job]]:
-    """The jobs of a batch grouped by model, in order of first appearance."""
-    groups: dict[str | None, list[_Job]] = {}
-    for j in batch:
-        groups.setdefault(j.model, []).append(j)
-    return list(groups.values())
 
 
 def _is_int(x: Any) -> bool:

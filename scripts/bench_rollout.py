@@ -1,0 +1,129 @@
+"""Episodes/s of the local executor (baseline) vs the Ray executor with 1 and 2 workers.
+
+    nice -n 10 .venv/bin/python scripts/bench_rollout.py --episodes 16 --repeats 5
+
+The scripted reference policy on the shipped task suite, in real sandboxes, with the same total
+number of sandboxes in every layout (local: one pool of S; ray1: one worker with S; ray2: two
+workers with S/2 each), so the ratio is what Ray's scheduling costs, not more containers. All
+three executors are started (pools warm, policy loaded) before the clock starts; their start-up
+is printed apart. Each repeat runs every layout once, in a rotating order, so a machine that
+gets busier or quieter during the bench biases none of them; medians over `repeats`.
+
+Then a projection: how many sandboxes at once, and nodes, a 10,000-episode eval needs to finish
+in a target time, at the measured episode time and at each `--episode-s` given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from contextlib import ExitStack
+
+from rlcycle import resources
+from rlcycle.agent.runner import RunnerConfig
+from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
+from rlcycle.tasks.suite import load_suite
+
+POLICY = "scripted:reference"
+
+
+def start(stack: ExitStack, config: RolloutConfig, sandboxes: int, tasks: list) -> tuple:
+    """(executor, policy spec, start-up seconds): started, warmed by one discarded round."""
+    t0 = time.perf_counter()
+    ex = stack.enter_context(open_executor(config, sandboxes))
+    spec = PolicySpec(POLICY)
+    if ex.kind == "local":  # the local executor runs a policy object, as simulate makes it
+        from rlcycle.policy.resolve import resolve_policy
+
+        spec = PolicySpec(None, policy=resolve_policy(POLICY).policy)
+    ex.run(spec, "warm-up", tasks, RunnerConfig(concurrency=sandboxes), n_episodes=2 * sandboxes)
+    return ex, spec, time.perf_counter() - t0
+
+
+def timed(ex, spec: PolicySpec, sandboxes: int, tasks: list, n: int) -> float:
+    """Seconds for `n` episodes; every one must come back graded (none lost, none an error)."""
+    t = time.perf_counter()
+    results = ex.run(spec, POLICY, tasks, RunnerConfig(concurrency=sandboxes), n_episodes=n)
+    seconds = time.perf_counter() - t
+    assert [r.index for r in results] == list(range(n))
+    assert all(r.status == "pass" for r in results), [r.error for r in results if r.error]
+    return seconds
+
+
+def project(total: int, t_ep: float, target_min: float, per_node: int, label: str) -> str:
+    # One sandbox runs one episode at a time, so an episode of T seconds occupies T
+    # sandbox-seconds: N episodes in W seconds need N*T/W sandboxes at once.
+    needed = math.ceil(total * t_ep / (60 * target_min))
+    nodes = math.ceil(needed / per_node)
+    return (
+        f"projection ({label}): {total:,} episodes of {t_ep:.1f}s in {target_min:.0f} min need "
+        f"{needed:,} sandboxes at once = {nodes} node(s) of {per_node} sandboxes"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--episodes", type=int, default=16, help="episodes per timed run")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--sandboxes", type=int, default=2, help="total sandboxes in every layout")
+    ap.add_argument("--episode-s", type=float, nargs="*", default=[60.0, 300.0],
+                    help="more episode times for the projection (a model-driven episode)")  # fmt: skip
+    ap.add_argument("--cores-per-node", type=int, default=64)
+    ap.add_argument("--cpus-per-sandbox", type=float, default=1.0)
+    ap.add_argument("--target-min", type=float, default=30.0, help="wall time the eval may take")
+    ap.add_argument("--total-episodes", type=int, default=10_000)
+    args = ap.parse_args()
+
+    import ray
+
+    tasks = [t for t in load_suite(resources.tasks()) if not t.ambiguous][:8]
+    ray.init(num_cpus=2, object_store_memory=80 * 1024**2, include_dashboard=False,
+             log_to_driver=False)  # fmt: skip
+    s = args.sandboxes
+    layouts = {
+        "local": (RolloutConfig("local"), s),
+        "ray1": (RolloutConfig("ray", workers_per_node=1), s),
+        "ray2": (RolloutConfig("ray", workers_per_node=2), max(1, s // 2)),
+    }
+    times: dict[str, list[float]] = {name: [] for name in layouts}
+    try:
+        with ExitStack() as stack:
+            started = {}
+            for name, (config, sandboxes) in layouts.items():
+                started[name] = start(stack, config, sandboxes, tasks)
+                print(f"{name:6s} start-up {started[name][2]:6.2f}s", flush=True)
+            names = list(layouts)
+            for k in range(args.repeats):
+                for name in names[k % 3 :] + names[: k % 3]:  # rotating order
+                    ex, spec, _ = started[name]
+                    times[name].append(timed(ex, spec, layouts[name][1], tasks, args.episodes))
+    finally:
+        ray.shutdown()
+
+    per_ep = {}
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        per_ep[name] = med / args.episodes
+        print(f"{name:6s} runs {', '.join(f'{t:.2f}' for t in ts)}s   median {med:.2f}s = "
+              f"{args.episodes / med:.2f} episodes/s ({1000 * per_ep[name]:.0f} ms/episode)")  # fmt: skip
+    for name in ("ray1", "ray2"):
+        extra_ms = 1000 * (per_ep[name] - per_ep["local"])
+        print(f"{name}/local episodes/s ratio {per_ep['local'] / per_ep[name]:.2f}   "
+              f"Ray cost per episode {extra_ms:+.0f} ms wall ({s} sandboxes in all, "
+              f"{s * extra_ms:+.0f} sandbox-ms)")  # fmt: skip
+
+    per_node = max(1, int(args.cores_per_node / args.cpus_per_sandbox))
+    print(f"({per_node} sandboxes per node = {args.cores_per_node} cores / "
+          f"{args.cpus_per_sandbox} CPU per sandbox)")  # fmt: skip
+    t_local = per_ep["local"] * s  # one sandbox's episode time, measured
+    print(project(args.total_episodes, t_local, args.target_min, per_node, "measured, scripted"))
+    for t_ep in args.episode_s:
+        print(project(args.total_episodes, t_ep, args.target_min, per_node, "given"))
+
+
+if __name__ == "__main__":
+    main()

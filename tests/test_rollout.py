@@ -1,0 +1,215 @@
+"""The executor choice without Ray: shards of a run are the run's own rows, the local executor is
+today's `run_episodes`, a bad executor is a usage error before any sandbox starts, the keys
+reach the cycle's tables, and the prefix cache budget reaches the policies simulate and eval
+load (tests/test_rollout_ray.py runs the Ray executor itself)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_runner import make_suite, scrub
+
+from rlcycle.agent.runner import RunnerConfig, run_episodes
+from rlcycle.agent.scripted import ReferencePolicy, load_tokenizer
+from rlcycle.errors import InputError
+from rlcycle.evaluation import stage as eval_stage
+from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
+from rlcycle.rollout.executor import load_policy_spec, pin_policy
+from rlcycle.sandbox import SandboxPool
+from rlcycle.simulate import SimulateConfig, _policy_spec
+from rlcycle.simulate import run as simulate
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("suite")
+
+
+@pytest.fixture(scope="module")
+def tasks(root):
+    return make_suite(root)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny default model (random weights), and a second one to be the eval baseline."""
+    from rlcycle.model_init import init_model
+
+    base = tmp_path_factory.mktemp("models")
+    init_model(base / "a", seed=0)
+    init_model(base / "b", seed=1)
+    return base / "a", base / "b"
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models run far faster on one thread on a busy machine (no OpenMP spinning)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def rows(results):
+    return [json.dumps(r.to_row() | {"latency_ms": None}, sort_keys=True) for r in results]
+
+
+# --- the executor choice -------------------------------------------------------------------
+
+
+def test_rollout_config_reports_every_problem():
+    problems = RolloutConfig(executor="slurm", workers_per_node=0, worker_retries=-1).validate()
+    assert len(problems) == 3 and "executor='slurm'" in problems[0]
+    with pytest.raises(InputError, match="slurm"):
+        open_executor(RolloutConfig(executor="slurm"), sandboxes=1)
+
+
+def test_bad_executor_exits_2_before_any_sandbox_starts(cli, tmp_path, root, tasks):
+    out = tmp_path / "e.jsonl"
+    r = cli(["simulate", "-p", "scripted:reference", "-t", root, "-o", out, "--executor", "slurm"])
+    assert r.exit_code == 2 and "executor='slurm'" in r.error and not out.exists()
+    r = cli(["eval", "--candidate", "scripted:reference", "--baseline", "scripted:nothing",
+             "--tasks", root, "-o", tmp_path / "r.arrow", "--executor", "slurm"])  # fmt: skip
+    assert r.exit_code == 2 and "executor='slurm'" in r.error
+
+
+def test_ray_needs_a_reference_and_a_servers_tokenizer_before_ray_starts(tmp_path, tasks):
+    ray = SimulateConfig(executor="ray")
+    with pytest.raises(InputError, match="not a loaded Policy"):
+        simulate(ray, ReferencePolicy(load_tokenizer(None), tasks), tasks, tmp_path / "e.jsonl")
+    with pytest.raises(InputError, match="without a tokenizer"):
+        simulate(ray, "http://127.0.0.1:9/v1", tasks, tmp_path / "e.jsonl")
+    assert not (tmp_path / "e.jsonl").exists()
+
+
+def test_the_cycles_simulate_and_eval_tables_take_the_keys():
+    """The cycle builds each stage's config from its table (`Cycle._sub`): no key list of its
+    own, so the executor keys come through, checked like any other key."""
+    from rlcycle.cycle import Cycle, CycleConfig
+
+    tables = {"executor": "ray", "ray_address": "auto", "workers_per_node": 2, "worker_retries": 1}
+    cycle = Cycle(CycleConfig(simulate=tables, eval=dict(tables, prefix_cache_tokens=0)))
+    sim = cycle._sub(SimulateConfig, "simulate")
+    ev = cycle._sub(eval_stage.EvalConfig, "eval")
+    for c in (sim, ev):
+        assert c.rollout() == RolloutConfig("ray", "auto", 2, 1)
+    assert sim.episodes == 16 and ev.max_tasks == 12  # the sample defaults still apply
+    assert (sim.prefix_cache_tokens, ev.prefix_cache_tokens) == (0, 0)
+    bad = Cycle(CycleConfig(eval={"executor": "slurm", "workers_per_node": 0}))
+    with pytest.raises(InputError, match="executor='slurm'") as e:
+        bad._sub(eval_stage.EvalConfig, "eval")
+    assert "workers_per_node=0" in str(e.value)  # every problem at once
+
+
+def test_pin_policy_names_a_reference_without_loading_it(tiny):
+    from rlcycle.deploy.stage import register
+    from rlcycle.policy.registry import checkpoint_id
+
+    assert pin_policy("scripted:reference") == ("scripted:reference", "scripted:reference", None)
+    assert pin_policy("http://127.0.0.1:9/v1") == ("http://127.0.0.1:9/v1",) * 2 + (None,)
+    model, _ = tiny
+    cid = checkpoint_id(model)
+    assert pin_policy(str(model)) == (str(model.resolve()), cid, cid)
+    # An alias is pinned to the directory it names now: workers load that very checkpoint.
+    register(model, "production")
+    ref, name, got = pin_policy("production")
+    assert (name, got) == (cid, cid) and checkpoint_id(ref) == cid and ref != "production"
+    with pytest.raises(InputError):
+        pin_policy("candidate")  # not set in this registry
+
+
+def test_an_out_of_range_or_repeated_shard_is_refused(tasks):
+    policy = ReferencePolicy(load_tokenizer(None), tasks)
+    for only in ([0, 0], [4]):
+        with pytest.raises(InputError, match="job positions"):
+            run_episodes(policy, "p", tasks, None, RunnerConfig(), attempts=2, only=only)
+
+
+@pytest.mark.docker
+def test_shards_are_the_full_runs_rows_and_local_is_run_episodes(tasks, docker_client):
+    policy = ReferencePolicy(load_tokenizer(None), tasks)
+    runner = RunnerConfig()
+    with SandboxPool(size=2) as pool:
+        full = run_episodes(policy, "scripted:reference", tasks, pool, runner, attempts=2, seed=5)
+        shards = [
+            run_episodes(policy, "scripted:reference", tasks, pool, runner, attempts=2, seed=5, only=o)
+            for o in ([3, 1], [0], [2])
+        ]  # fmt: skip
+    assert [r.index for r in shards[0]] == [3, 1]  # in the order asked
+    pieces = sorted((r for s in shards for r in s), key=lambda r: r.index)
+    assert rows(pieces) == rows(full)
+    first = [r.events[0]["session_id"] for r in pieces]
+    assert first == [r.events[0]["session_id"] for r in full]
+    with open_executor(RolloutConfig(), sandboxes=2) as ex:
+        assert ex.kind == "local"
+        spec = PolicySpec(None, policy=policy)
+        local = ex.run(spec, "scripted:reference", tasks, runner, attempts=2, seed=5)
+    assert rows(local) == rows(full)
+
+
+# --- the prefix cache budget ---------------------------------------------------------------
+
+
+def test_the_prefix_cache_budget_reaches_every_policy_simulate_and_eval_load(tiny):
+    model, _ = tiny
+
+    def budget(policy):
+        return None if policy.prefix is None else policy.prefix.budget
+
+    spec, _ = _policy_spec(str(model), SimulateConfig())
+    assert budget(spec.policy) is None  # simulate: off by default (see the test below)
+    spec, _ = _policy_spec(str(model), SimulateConfig(prefix_cache_tokens=64))
+    assert budget(spec.policy) == 64
+    loaded = eval_stage._policy(str(model), eval_stage.EvalConfig())
+    assert budget(loaded.spec.policy) == 16384  # eval: on by default
+    loaded = eval_stage._policy(str(model), eval_stage.EvalConfig(prefix_cache_tokens=0))
+    assert budget(loaded.spec.policy) is None
+    # Ray: the driver only names the policy; a worker loads it with the budget it is given.
+    ray_spec, _ = _policy_spec(str(model), SimulateConfig(executor="ray", prefix_cache_tokens=32))
+    assert ray_spec.policy is None and ray_spec.prefix_cache_tokens == 32
+    assert budget(load_policy_spec(ray_spec)[0]) == 32
+    ray_eval = eval_stage._policy(str(model), eval_stage.EvalConfig(executor="ray"))
+    assert ray_eval.spec.policy is None and ray_eval.spec.prefix_cache_tokens == 16384
+    # Scripted policies and servers have no in-process cache: the budget is no error there.
+    assert load_policy_spec(PolicySpec("scripted:nothing", prefix_cache_tokens=64))[0] is not None
+    with pytest.raises(InputError, match="prefix_cache_tokens=-1"):
+        simulate(SimulateConfig(prefix_cache_tokens=-1), str(model), [], "-")
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "seeded-sampling"])
+def test_with_the_prefix_cache_eval_rows_are_identical_and_events_differ_only_in_logprobs(
+    root, tiny, tmp_path, docker_client, one_thread, temperature
+):
+    """Why eval turns the cache on and simulate does not: reused keys/values equal a fresh
+    prefill only up to float rounding, so the sampled ids (and with them every eval row) are
+    the same, but the logprobs simulate writes into its events move by ~1e-6: not bitwise."""
+    import polars as pl
+
+    cand, base = tiny
+    tables = []
+    for n in (0, 16384):
+        out = tmp_path / f"eval{n}" / "eval_results.arrow"
+        config = eval_stage.EvalConfig(attempts=2, sandboxes=2, max_turns=2, max_new_tokens=24,
+                                       temperature=temperature, min_paired_tasks=2,
+                                       prefix_cache_tokens=n)  # fmt: skip
+        eval_stage.run(config, str(cand), str(base), root, out)
+        tables.append(pl.read_ipc(out).drop("latency_ms").sort("policy", "task_id", "attempt"))
+    assert tables[0].height == 8 and tables[1].equals(tables[0])
+    events = []
+    for n in (0, 16384):
+        out = tmp_path / f"sim{n}.jsonl"
+        config = SimulateConfig(episodes=4, sandboxes=2, max_turns=2, max_new_tokens=24, seed=3,
+                                temperature=temperature, prefix_cache_tokens=n)  # fmt: skip
+        simulate(config, str(cand), root, out, quiet=True)
+        events.append(scrub([json.loads(line) for line in out.read_text().splitlines()]))
+    cold, warm = ([e for e in evs if e["type"] == "completion"] for evs in events)
+    assert len(cold) == len(warm) >= 4
+    assert [e["completion_ids"] for e in warm] == [e["completion_ids"] for e in cold]
+    for a, b in zip(warm, cold, strict=True):
+        assert a["completion_logprobs"] == pytest.approx(b["completion_logprobs"], abs=1e-5)
+    strip = [{k: v for k, v in e.items() if k != "completion_logprobs"} for e in events[0]]
+    assert [{k: v for k, v in e.items() if k != "completion_logprobs"} for e in events[1]] == strip
