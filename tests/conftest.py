@@ -117,3 +117,14 @@ def pytest_sessionfinish(session, exitstatus):
     if leaked:
         print(f"\nLEAK: rlcycle containers/volumes left behind by this test run: {leaked}")
         session.exitstatus = 1
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny and small models run far faster on one thread on a busy machine (no OpenMP spinning)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

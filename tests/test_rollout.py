@@ -42,17 +42,6 @@ def tiny(tmp_path_factory):
     return base / "a", base / "b"
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models run far faster on one thread on a busy machine (no OpenMP spinning)."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def rows(results):
     return [json.dumps(r.to_row() | {"latency_ms": None}, sort_keys=True) for r in results]
 

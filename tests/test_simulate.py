@@ -75,17 +75,6 @@ def test_reference_via_cli_json_summary_files_and_determinism(cli, suite_dir, tm
     assert (got["samples_out"], got["quarantined"], got["held_back_samples"]) == (n_samples, 0, 0)
 
 
-@pytest.fixture
-def one_thread():
-    """Small models run far faster on one thread on a busy machine (no OpenMP spinning)."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.mark.docker
 def test_tiny_random_model_round_trip_through_collect(cli, suite_dir, tmp_path, docker_client, one_thread):
     import polars as pl
