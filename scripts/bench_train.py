@@ -1,29 +1,38 @@
-"""Benchmark `rlcycle train` batching: sequence packing vs naive padding, in the same run.
+"""Benchmark `rlcycle train` on agent rows: shared prefixes on vs off vs a plain padded HF loop.
 
-The model is the default tiny Qwen2 shape (hidden 256, 4 layers, 4 heads, 2 KV heads, vocab
-4096, random weights); the examples have long-tailed lengths like agent turns (prompt 32-1024
-tokens, completion 8-256). Each batching mode trains the same steps on the same rows:
+The rows are what the edit-suite experiment trains on, rendered by the real harness with the
+model's own tokenizer: every row's prompt is the system prompt + tool specs (identical in every
+row) + the row's task text; the completion is a ~30-token tool call. With `--turns 2` each
+session adds a second call whose prompt is the first call's prompt + its tool call + a tool
+result. All sides train the same steps on the same rows (schedule order, no shuffle), in the
+same process, fp32 on CPU:
 
-- padded   (baseline): rows in schedule order, `micro_batch_size` per forward, padded to the
-           longest: what a plain DataLoader + collator does;
-- bucketed: rows sorted by length, padded, under a token budget;
-- packed:  whole sequences concatenated under the token budget, no padding at all.
+- baseline:   a plain Hugging Face training loop: `micro_batch_size` rows per forward,
+              right-padded with an attention mask, logits of every position, completion
+              logprobs gathered, -mean(A * logprob) backward, AdamW step;
+- share off:  `rlcycle train` with `share_prefix = false` (packed batching, as before);
+- share on:   `rlcycle train` with `share_prefix = true` (the default): the common prefix of a
+              pass runs once, with gradient, and the rows' suffixes on its KV cache;
+- grad ckpt:  (`--grad-ckpt`) `rlcycle train` with gradient_checkpointing (sharing is off
+              under it), to price checkpointing against `share off`.
 
-Printed: real tokens/s (padding excluded; the median step, best of interleaved rounds), the
-padding fraction, forward passes per step, and each mode's speed as a ratio to the baseline.
-Speed is measured, never asserted (CONVENTIONS.md §17).
+Printed per side: tokens/s (every row's prompt + completion tokens, whatever ran once, per
+second of optimizer step: the same token count on every side) and seconds per step, the median
+over `--repeats` interleaved runs (each run's own value is the median of its timed steps), every
+run's value, and the ratio to the baseline. Speed is measured, never asserted (CONVENTIONS §17).
 
-    .venv/bin/python scripts/bench_train.py                        # 12 steps of 16 rows, 2 rounds
-    .venv/bin/python scripts/bench_train.py --steps 4 --rounds 1   # a quick look
+    .venv/bin/python scripts/bench_train.py                              # tiny default model
+    .venv/bin/python scripts/bench_train.py --model runs/smol/warm --batch 8 --steps 2 \\
+        --warmup 0 --repeats 2 --grad-ckpt                               # SmolLM2-135M
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,34 +41,49 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-
-def make_base(path: Path) -> Path:
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    cfg = Qwen2Config(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      tie_word_embeddings=True)  # fmt: skip
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
-    for f in (REPO / "sample_data" / "tokenizer").iterdir():
-        shutil.copy2(f, path / f.name)
-    return path
+TASKS = [
+    "Fix the off-by-one error in utils/pagination.py: the last page is never returned",
+    "Add a --verbose flag to the CLI in cli.py that prints every file it touches",
+    "The test test_parse_dates fails on leap years; make it pass without changing the test",
+    "Rename the function getUser to get_user everywhere, including the docs",
+    "Add type hints to models/order.py and make mypy pass on it",
+    "Cache the results of fetch_prices for 60 seconds; the cache must be thread-safe",
+    "Make the retry loop in client.py use exponential backoff with jitter, at most 5 tries",
+    "Write a unit test for merge_configs that covers nested tables and list values",
+]
+TOOL_RESULT = "def paginate(items, size):\n    return [items[i:i + size] for i in range(0, len(items) - size, size)]\n"
 
 
-def make_examples(path: Path, n: int, seed: int = 0) -> Path:
-    """Long-tailed lengths (log-uniform); behaviour logprobs are placeholders (speed only)."""
+# --- rows ------------------------------------------------------------------------------------------
+
+
+def agent_rows(model_dir: Path, n: int, turns: int) -> dict[str, list]:
+    """n rows (sessions of `turns` calls), rendered by the harness with the model's tokenizer."""
+    from rlcycle.harness import ChatRenderer, initial_messages
+
+    renderer = ChatRenderer.from_pretrained(model_dir)
+    prompts, comps = [], []
+    for s in range(-(-n // turns)):
+        messages = initial_messages(f"{TASKS[s % len(TASKS)]} (session {s}, repository r{s * 7919 % 1000})")
+        for t in range(turns):
+            call = (f'<tool_call>\n{{"name": "read_file", "arguments": {{"path": "src/module_{s}_{t}.py"}}}}'
+                    "\n</tool_call>")  # fmt: skip
+            prompts.append(renderer.render(messages, add_generation_prompt=True))
+            comps.append(renderer.encode(call))
+            messages = [*messages, {"role": "assistant", "content": call}, {"role": "tool", "content": TOOL_RESULT}]
+    return {"prompt_ids": prompts[:n], "completion_ids": comps[:n]}
+
+
+def write_examples(path: Path, rows: dict[str, list]) -> Path:
+    """Examples with placeholder behaviour logprobs (speed only) and +-1 advantages."""
     from rlcycle import io as rio
     from rlcycle.schema import EXAMPLES, conform
 
-    rng = np.random.default_rng(seed)
-    plen = np.exp(rng.uniform(np.log(32), np.log(1024), n)).astype(int)
-    clen = np.exp(rng.uniform(np.log(8), np.log(256), n)).astype(int)
+    n = len(rows["prompt_ids"])
     cols = {
-        "prompt_ids": [rng.integers(5, 4096, k).tolist() for k in plen],
-        "completion_ids": [rng.integers(5, 4096, k).tolist() for k in clen],
-        "behavior_logprobs": [[-8.3] * k for k in clen],
-        "advantage": rng.choice([-1.0, 1.0], n).tolist(),
+        **rows,
+        "behavior_logprobs": [[-2.0] * len(c) for c in rows["completion_ids"]],
+        "advantage": [1.0 if i % 2 == 0 else -1.0 for i in range(n)],
         "policy_version": ["bench"] * n,
     }
     types = {"prompt_ids": pa.list_(pa.int32()), "completion_ids": pa.list_(pa.int32()),
@@ -68,57 +92,125 @@ def make_examples(path: Path, n: int, seed: int = 0) -> Path:
     return path
 
 
-def run_mode(mode: str, out: Path, base: Path, examples: Path, steps: int, batch: int) -> dict:
-    """One training run; tokens/s is the median over its steps after the first (warm-up)."""
+# --- sides -------------------------------------------------------------------------------------------
+
+
+def run_rlcycle(name: str, out: Path, base: Path, examples: Path, args, **overrides) -> list[tuple[float, float]]:
+    """(tokens, seconds) of each timed step of one `rlcycle train` run."""
     from rlcycle import io as rio
     from rlcycle.train import stage
     from rlcycle.train.config import TrainConfig
 
-    cfg = TrainConfig(batching=mode, batch_size=batch, max_steps=steps, micro_batch_tokens=4096,
-                      micro_batch_size=4, max_seq_len=2048, max_policy_lag=None, save_every=0,
-                      lr=1e-5, shuffle=True, seed=0)  # fmt: skip
+    cfg = TrainConfig(batch_size=args.batch, max_steps=args.steps, shuffle=False, micro_batch_tokens=args.micro_tokens,
+                      max_seq_len=args.micro_tokens, max_policy_lag=None, save_every=0, lr=1e-6, cpu=True,
+                      precision="fp32", **overrides)  # fmt: skip
     stage.run(cfg, examples, base, out, overwrite=True, quiet=True)
-    rows = rio.read_table(out / stage.METRICS_FILE).to_pylist()[1:]
-    return {
-        "mode": mode,
-        "tokens_per_s": statistics.median(r["tokens"] / r["step_seconds"] for r in rows),
-        "padding": statistics.mean(r["padding_fraction"] for r in rows),
-        "micro": statistics.mean(r["micro_batches"] for r in rows),
-    }
+    rows = rio.read_table(out / stage.METRICS_FILE).to_pylist()[args.warmup :]
+    return [(r["tokens"], r["step_seconds"]) for r in rows]
 
 
-MODES = ("padded", "bucketed", "packed")
+def run_baseline(base: Path, rows: dict[str, list], args) -> list[tuple[float, float]]:
+    """A plain padded HF loop over the same steps: (tokens, seconds) of each timed step."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    seqs = [p + c for p, c in zip(rows["prompt_ids"], rows["completion_ids"], strict=True)]
+    out = []
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        idx = list(range(step * args.batch, (step + 1) * args.batch))
+        n_loss = sum(len(rows["completion_ids"][i]) for i in idx)
+        for k in range(0, len(idx), args.micro_size):
+            part = idx[k : k + args.micro_size]
+            width = max(len(seqs[i]) for i in part)
+            ids = torch.zeros((len(part), width), dtype=torch.long)
+            att = torch.zeros((len(part), width), dtype=torch.long)
+            for j, i in enumerate(part):
+                ids[j, : len(seqs[i])] = torch.tensor(seqs[i])
+                att[j, : len(seqs[i])] = 1
+            logp = F.log_softmax(model(input_ids=ids, attention_mask=att).logits.float(), -1)
+            loss = 0.0
+            for j, i in enumerate(part):
+                p, c = len(rows["prompt_ids"][i]), rows["completion_ids"][i]
+                tok = logp[j, torch.arange(p - 1, p + len(c) - 1), torch.tensor(c)]
+                loss = loss - (1.0 if i % 2 == 0 else -1.0) * tok.sum()
+            (loss / n_loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        out.append((sum(len(seqs[i]) for i in idx), time.perf_counter() - t0))
+    return out[args.warmup :]
+
+
+# --- main --------------------------------------------------------------------------------------------
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=12, help="optimizer steps per mode (the first is not timed)")
+    ap.add_argument("--model", help="checkpoint directory (default: the tiny model of `rlcycle init-model`)")
+    ap.add_argument("--steps", type=int, default=4, help="optimizer steps per run")
+    ap.add_argument("--warmup", type=int, default=1, help="leading steps of each run not timed")
     ap.add_argument("--batch", type=int, default=16, help="rows per step")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; each mode keeps its best")
+    ap.add_argument("--turns", type=int, default=1, help="calls per session (2: second calls extend the first)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per side; the median is printed")
+    ap.add_argument("--micro-tokens", type=int, default=8192, help="rlcycle's micro_batch_tokens")
+    ap.add_argument("--micro-size", type=int, default=8, help="the baseline's rows per forward")
+    ap.add_argument("--grad-ckpt", action="store_true", help="add a gradient-checkpointing side")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args, _ = ap.parse_known_args()  # `scripts/dev.sh bench` passes every bench the same args
+    if args.warmup >= args.steps:
+        ap.error("--warmup must be below --steps (at least one timed step)")
+    import torch
     from transformers.utils import logging as hf_logging
 
+    from rlcycle.model_init import init_model
+
     hf_logging.disable_progress_bar()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="rlcycle-bench-train-") as tmp:
         root = Path(tmp)
-        base = make_base(root / "base")
-        examples = make_examples(root / "examples.arrow", args.steps * args.batch)
-        # Rounds interleave the modes and each keeps its best round, so a burst of load from
-        # other processes on a shared machine does not decide the comparison.
-        best: dict[str, dict] = {}
-        for _ in range(args.rounds):
-            for m in MODES:
-                r = run_mode(m, root / f"out-{m}", base, examples, args.steps, args.batch)
-                if m not in best or r["tokens_per_s"] > best[m]["tokens_per_s"]:
-                    best[m] = r
-        results = [best[m] for m in MODES]
-    baseline = results[0]["tokens_per_s"]
-    print(f"rlcycle train batching: median of {args.steps - 1} timed steps of {args.batch} rows, "
-          f"best of {args.rounds} rounds (default tiny Qwen2 shape, fp32)")  # fmt: skip
-    print(f"{'mode':<10} {'tokens/s':>10} {'padding':>9} {'passes/step':>12} {'vs padded':>10}")
-    for r in results:
-        print(f"{r['mode']:<10} {r['tokens_per_s']:>10.0f} {r['padding']:>9.1%} {r['micro']:>12.1f} "
-              f"{r['tokens_per_s'] / baseline:>9.2f}x")  # fmt: skip
+        base = Path(args.model) if args.model else root / "tiny"
+        if not args.model:
+            init_model(base)
+        rows = agent_rows(base, args.steps * args.batch, args.turns)
+        examples = write_examples(root / "examples.arrow", rows)
+        sides = {
+            "baseline (plain HF, padded)": lambda: run_baseline(base, rows, args),
+            "rlcycle, share_prefix off": lambda: run_rlcycle("off", root / "off", base, examples, args, share_prefix=False),
+            "rlcycle, share_prefix on": lambda: run_rlcycle("on", root / "on", base, examples, args, share_prefix=True),
+        }
+        if args.grad_ckpt:
+            sides["rlcycle, gradient_checkpointing"] = lambda: run_rlcycle(
+                "gc", root / "gc", base, examples, args, gradient_checkpointing=True)  # fmt: skip
+        runs: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
+        for rep in range(args.repeats):  # interleaved, so a burst of load hits every side alike
+            for name, side in sides.items():
+                steps = side()
+                runs[name].append((statistics.median(t / s for t, s in steps), statistics.median(s for _, s in steps)))
+                print(f"  repeat {rep + 1} {name}: {runs[name][-1][0]:.0f} tokens/s, {runs[name][-1][1]:.2f} s/step",
+                      file=sys.stderr, flush=True)  # fmt: skip
+    lens = [len(p) for p in rows["prompt_ids"]]
+    comp = [len(c) for c in rows["completion_ids"]]
+    print(f"rlcycle train on agent rows: model {args.model or 'tiny default'}, {args.batch} rows/step, "
+          f"{args.steps - args.warmup} timed of {args.steps} steps, {args.repeats} repeats, turns {args.turns}; "
+          f"prompt {min(lens)}-{max(lens)} tokens (median {int(np.median(lens))}), completion median "
+          f"{int(np.median(comp))}")  # fmt: skip
+    base_tps = statistics.median(v for v, _ in runs["baseline (plain HF, padded)"])
+    print(f"{'side':<32} {'tokens/s':>9} {'s/step':>8} {'vs baseline':>12}   runs (tokens/s)")
+    for name, vals in runs.items():
+        tps, sec = statistics.median(v for v, _ in vals), statistics.median(s for _, s in vals)
+        each = ", ".join(f"{v:.0f}" for v, _ in vals)
+        print(f"{name:<32} {tps:>9.0f} {sec:>8.2f} {tps / base_tps:>11.2f}x   {each}")
+    off = statistics.median(v for v, _ in runs["rlcycle, share_prefix off"])
+    on = statistics.median(v for v, _ in runs["rlcycle, share_prefix on"])
+    print(f"share_prefix on / off: {on / off:.2f}x")
+    if args.grad_ckpt:
+        gc = statistics.median(v for v, _ in runs["rlcycle, gradient_checkpointing"])
+        print(f"gradient_checkpointing / share_prefix off: {gc / off:.2f}x")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,13 @@ uses varlen flash-attention); lines no longer than that keep sdpa's quadratic at
 near what the sequences alone would cost. `bucketed` sorts rows by length and pads; `padded`
 takes rows in schedule order, `micro_batch_size` at a time (the naive baseline). The normaliser ν_i of loss.py is computed
 here from the *whole* global batch, before any forward pass.
+
+Shared prefixes (`share_prefix`, default on; prefix.py): rows whose prompts start with the same
+>= `min_shared_prefix` tokens (the system prompt and tools of agent rows) are grouped into passes
+that run that prefix once, with gradient, under the same token budget counting it once; the
+other rows are packed/bucketed as above. Metrics do not change meaning: `tokens` counts every
+row's prompt + completion (a shared prefix once per row, as if it were run per row) and
+`padding_fraction` is padding / (tokens + padding).
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from rlcycle import io as rio
 from rlcycle.digest import version_key
 from rlcycle.errors import InputError
 from rlcycle.train.config import TrainConfig
+from rlcycle.train.prefix import SharedPass, padded_pass, shared_passes
 
 REQUIRED = {
     "prompt_ids": pa.list_(pa.int32()),
@@ -406,6 +414,18 @@ def group_lines(lines: list[list[int]], seq_len: np.ndarray, budget: int) -> lis
     return [[lines[k] for k in p] for p in passes]
 
 
+def forward_passes(ex: Examples, rows: list[int], config: TrainConfig) -> list[list[list[int]] | SharedPass]:
+    """One process's rows as forward passes: shared-prefix passes (when on) and ordinary ones."""
+    seq_len = ex.seq_len
+    if not config.shares_prefix:
+        return micro_batches(rows, seq_len, config)
+    if config.batching == "padded":
+        size = config.micro_batch_size
+        return [padded_pass(ex, rows[k : k + size], config.min_shared_prefix) for k in range(0, len(rows), size)]
+    shared, rest = shared_passes(ex, rows, seq_len, config.micro_batch_tokens, config.min_shared_prefix)
+    return [*shared, *(micro_batches(rest, seq_len, config) if rest else [])]
+
+
 @dataclass
 class StepPlan:
     """What one process does in one optimizer step."""
@@ -413,7 +433,7 @@ class StepPlan:
     epoch: int
     rows: np.ndarray  # the global batch
     coef_of: dict[int, float]  # row -> w_i · ν_i
-    micro: list[list[list[int]]]  # this process's forward passes, each a list of lines of rows
+    micro: list[list[list[int]] | SharedPass]  # this process's forward passes: lines of rows, or shared
     dummy: bool  # this process got no rows: one zero-coefficient pass keeps collectives in step
     seq_tokens: int  # prompt + completion tokens of the global batch
     loss_tokens: int  # loss tokens of the global batch
@@ -427,7 +447,7 @@ def plan_step(ex: Examples, schedule: Schedule, step: int, config: TrainConfig,
     seq_len = ex.seq_len
     share = split_over_processes(rows, seq_len[rows], world)[rank]
     dummy = not share
-    micro = micro_batches(share, seq_len, config) if share else [[[int(rows[0])]]]
+    micro = forward_passes(ex, share, config) if share else [[[int(rows[0])]]]
     return StepPlan(epoch, rows, coef_of, micro, dummy, int(seq_len[rows].sum()),
                     int(ex.loss_tokens[rows].sum()))  # fmt: skip
 
@@ -446,42 +466,53 @@ class Batch:
     coef: object  # [T]: m_t · w_i · ν_i
     mask: object  # [T]: m_t
     temperature: object | None  # [T] or None
-    tokens: int  # real tokens in the pass
-    slots: int  # B x L (tokens + padding)
+    tokens: int  # real tokens in the pass (a shared prefix counted once per row)
+    slots: int  # tokens + padding (B x L when nothing is shared)
+    prefix_ids: object | None = None  # LongTensor [P]: the shared prefix (prefix.py), None if none
 
 
-def collate(ex: Examples, lines: list[list[int]], coef_of: dict[int, float], packed: bool,
+def collate(ex: Examples, lines: list[list[int]] | SharedPass, coef_of: dict[int, float], packed: bool,
             dummy: bool = False) -> Batch:  # fmt: skip
     """The tensors of one forward pass: one tensor row per line, right-padded.
 
     Packed lines carry position ids restarting at 0 for each sequence and no attention mask:
     transformers turns the restarts into a block-diagonal causal mask. Padding after the last
     sequence of a line is a segment of its own, after every real token, so nothing attends to
-    it. Unpacked lines get an attention mask instead.
+    it. Unpacked lines get an attention mask instead. A SharedPass has one row per line holding
+    the row's tokens after the shared prefix P: position ids P, P+1, ... and a [B, P + L]
+    attention mask (the prefix, then the row's own tokens); `prefix_ids` is the prefix.
     """
     import torch
 
+    shared = isinstance(lines, SharedPass)
+    cut = lines.prefix if shared else 0  # the tokens of each row that the prefix forward runs
+    if shared:
+        lines, packed = [[r] for r in lines.rows], False
     rows = [r for line in lines for r in line]  # row-major: the order `keep` flattens in
-    seq = {r: np.concatenate([ex.prompt.row(r), ex.completion.row(r)]) for r in rows}
+    seq = {r: np.concatenate([ex.prompt.row(r), ex.completion.row(r)])[cut:] for r in rows}
     widths = [sum(len(seq[r]) for r in line) for line in lines]
     b, L = len(lines), max(widths)
     ids = np.zeros((b, L), dtype=np.int64)
     keep = np.zeros((b, L), dtype=bool)
     pos = np.zeros((b, L), dtype=np.int64)
-    att = np.zeros((b, L), dtype=np.int64)
+    att = np.zeros((b, cut + L), dtype=np.int64)
+    att[:, :cut] = 1
     for k, line in enumerate(lines):
         o = 0
         for r in line:
-            n, p = len(seq[r]), len(ex.prompt.row(r))
+            n, p = len(seq[r]), len(ex.prompt.row(r)) - cut
             ids[k, o : o + n] = seq[r]
-            pos[k, o : o + n] = np.arange(n)
-            att[k, o : o + n] = 1
+            pos[k, o : o + n] = cut + np.arange(n)
+            att[k, cut + o : cut + o + n] = 1
             # The logit at position j predicts token j+1: completion token c (at p + c) is
-            # scored by the logit at p + c - 1, so positions p-1 .. n-2 of the sequence.
+            # scored by the logit at p + c - 1, so positions p-1 .. n-2 of the sequence
+            # (p >= 1: a shared prefix leaves every row its last prompt token).
             keep[k, o + p - 1 : o + n - 1] = True
             o += n
-        pos[k, o:] = np.arange(L - o)  # the padding's own segment
-    tokens = sum(widths)
+        # Packed: the padding is a segment of its own; shared: masked, positions run on.
+        pos[k, o:] = cut + o + np.arange(L - o) if shared else np.arange(L - o)
+    tokens = sum(widths) + cut * len(rows)  # as if every row ran its whole sequence
+    padding = b * L - sum(widths)
     c_rows = [ex.completion.row(r) for r in rows]
     lo = [slice(ex.completion.offsets[r], ex.completion.offsets[r + 1]) for r in rows]
     mask = np.concatenate([ex.loss_mask[s] if ex.loss_mask is not None else np.ones(len(c), np.float32)
@@ -501,5 +532,6 @@ def collate(ex: Examples, lines: list[list[int]], coef_of: dict[int, float], pac
         mask=t((mask * (0.0 if dummy else 1.0)).astype(np.float32)),
         temperature=None if ex.temperature is None else t(per_tok([ex.temperature[r] for r in rows]).astype(np.float32)),
         tokens=0 if dummy else int(tokens),
-        slots=0 if dummy else b * L,
+        slots=0 if dummy else int(tokens + padding),
+        prefix_ids=t(np.ascontiguousarray(ex.prompt.row(rows[0])[:cut]).astype(np.int64)) if shared else None,
     )

@@ -36,6 +36,7 @@ from rlcycle import io as rio
 from rlcycle.errors import RlcycleError
 from rlcycle.train import data as D
 from rlcycle.train import loss as L
+from rlcycle.train import prefix as PX
 from rlcycle.train.config import TrainConfig
 
 STATE_FILE = "trainer_state.json"
@@ -127,17 +128,20 @@ def completion_logprobs(model, batch: D.Batch, device) -> torch.Tensor:
     """ℓ_t for every completion token of the batch, float32, flat in `keep` order.
 
     Only the logits that score completion tokens are computed (`logits_to_keep` as a boolean
-    mask), so a long prompt costs no vocab-sized memory. log-softmax is taken in float32.
+    mask), so a long prompt costs no vocab-sized memory. log-softmax is taken in float32. A
+    shared-prefix pass runs its prefix once (prefix.py); the scoring below is the same.
     """
     keep = batch.keep.to(device)
-    out = model(
-        input_ids=batch.input_ids.to(device),
-        attention_mask=None if batch.attention_mask is None else batch.attention_mask.to(device),
-        position_ids=batch.position_ids.to(device),
-        use_cache=False,
-        logits_to_keep=keep,
-    )
-    logits = out.logits
+    if batch.prefix_ids is not None:  # a shared-prefix pass (prefix.py)
+        logits = PX.suffix_logits(model, batch, device, keep)
+    else:
+        logits = model(
+            input_ids=batch.input_ids.to(device),
+            attention_mask=None if batch.attention_mask is None else batch.attention_mask.to(device),
+            position_ids=batch.position_ids.to(device),
+            use_cache=False,
+            logits_to_keep=keep,
+        ).logits
     if logits.dim() == 3:  # a model that ignores a boolean logits_to_keep returns all positions
         logits = logits[keep]
     logits = logits.float()

@@ -94,6 +94,7 @@ def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: s
     paths, out = [str(p) for p in paths], Path(out)
     acc = loop.make_accelerator(config)
     say = console.info if acc.is_main_process and not quiet else (lambda _m: None)
+    config = _fsdp_without_sharing(acc, config, say)
     set_seed(config.seed)
     C.check_output(out, overwrite)
     base_info = C.read_base(base)
@@ -140,6 +141,17 @@ def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: s
     acc.wait_for_everyone()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _fsdp_without_sharing(acc, config: TrainConfig, say) -> TrainConfig:
+    """share_prefix off under FSDP: its prefix forward would be one more FSDP forward (an
+    all-gather) that processes running an ordinary pass would not join."""
+    from accelerate.utils import DistributedType
+
+    if not (config.shares_prefix and acc.distributed_type == DistributedType.FSDP):
+        return config
+    say("share_prefix: off under FSDP (each forward is a collective; docs/train.md)")
+    return dataclasses.replace(config, share_prefix=False)
 
 
 def _train(trainer: loop.Trainer, acc, config: TrainConfig, schedule: D.Schedule, start: int,
