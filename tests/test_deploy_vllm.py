@@ -37,8 +37,8 @@ TOL = 0.05
 
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory):
-    """base; v1, v2: LoRA runs from base on different data; v0: LoRA with lr 0 (= base);
-    corrupt: v2's merged weights with v1's adapter; full: a full fine-tune (no adapter)."""
+    """base; v1, v2: LoRA runs from base on different data; v0: LoRA with lr 0 (= base); c2: a
+    LoRA run from v1 (the next cycle: it continues v1's adapter, still the delta from base); corrupt: v2's merged weights with v1's adapter; full: a full fine-tune (no adapter)."""
     from rlcycle.train import checkpoint as C
     from rlcycle.train import stage
     from rlcycle.train.config import TrainConfig
@@ -59,6 +59,10 @@ def ckpts(tmp_path_factory):
         cfg = TrainConfig(**{"lr": 5e-2, **common, **extra})
         stage.run(cfg, str(ex), base, root / name, quiet=True)
         out[name] = root / name
+    # c2: cycle 2, a LoRA run from v1's merged checkpoint (continues v1's adapter)
+    ex = write_examples(root / "c2.arrow", out["v1"], make_rows(8, seed=3), versions=[C.checkpoint_id(out["v1"])] * 8)
+    stage.run(TrainConfig(**{"lr": 5e-2, **common, "lora": lora}), str(ex), out["v1"], root / "c2", quiet=True)
+    out["c2"] = root / "c2"
     corrupt = root / "corrupt"
     shutil.copytree(out["v2"], corrupt)
     shutil.rmtree(corrupt / "adapter")
@@ -288,6 +292,17 @@ def test_deploy_v1_then_v2_loads_each_under_its_own_name(cli, ckpts, served):
     assert _models(served) == ["base", n2]
     aliases = Registry().aliases()
     assert aliases["production"] == _cid(ckpts["v2"]) and aliases["previous"] == _cid(ckpts["v1"])
+
+
+def test_the_next_cycles_adapter_deploys_onto_the_same_base(cli, ckpts, served):
+    # The server keeps `base` loaded across cycles; cycle 2 trained from cycle 1's merged weights,
+    # and its adapter still applies to `base` (docs/lora.md, "Chained runs").
+    n1, n2 = _name(_cid(ckpts["v1"])), _name(_cid(ckpts["c2"]))
+    assert _deploy(cli, ckpts["v1"], served).exit_code == 0
+    r = _deploy(cli, ckpts["c2"], served)
+    assert r.exit_code == 0, r.output
+    assert _models(served) == ["base", n2] and n1 != n2
+    assert Registry().aliases()["production"] == _cid(ckpts["c2"])
 
 
 def test_server_answering_with_the_previous_adapter_is_caught_and_rolled_back(cli, ckpts, served):

@@ -120,6 +120,7 @@ def test_lr_zero_leaves_the_merged_model_equal_to_the_base(inputs, tmp_path):
         "r": 4,
         "alpha": 8.0,
         "target_modules": ["q_proj", "v_proj"],
+        "base": {"id": C.checkpoint_id(base), "path": str(base.resolve())},
     }
     assert meta["config"]["lora"]["r"] == 4 and meta["id"] == r.checkpoint_id == C.content_id(
         tmp_path / "ck"
@@ -275,3 +276,62 @@ def test_set_dotted_keys_reach_the_lora_table(tmp_path):
     cyc = resolve(CycleConfig, None, ["train.lora.r=8", "train.lr=1e-4"])
     assert cyc.train["lr"] == 1e-4 and cyc.train["max_steps"] == CycleConfig().train["max_steps"]
     assert resolve(TrainConfig, data=cyc.train).lora_r == 8
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def test_chained_runs_continue_one_adapter_on_the_first_base(inputs, tmp_path):
+    # Cycle 2 trains from cycle 1's merged checkpoint; a LoRA server keeps the FIRST base loaded,
+    # so cycle 2's adapter must be the delta from that base, not from cycle 1's merged weights.
+    from peft import PeftModel
+
+    base, ex, rows = inputs
+    one = tmp_path / "one"
+    stage.run(tiny(lora=dict(LORA), epochs=2), ex, base, one, quiet=True)
+    rows2 = make_rows(8, seed=5)
+    ex2 = write_examples(tmp_path / "ex2.arrow", one, rows2, versions=[C.checkpoint_id(one)] * 8)
+    two, zero, fresh = tmp_path / "two", tmp_path / "zero", tmp_path / "fresh"
+    stage.run(tiny(lora=dict(LORA), epochs=2), ex2, one, two, quiet=True)
+    stage.run(tiny(lora=dict(LORA), lr=0.0), ex2, one, zero, quiet=True)
+    stage.run(tiny(lora={**LORA, "continue_adapter": False}), ex2, one, fresh, quiet=True)
+
+    meta = json.loads((two / C.RLCYCLE_JSON).read_text())["adapter"]
+    assert meta["base"]["id"] == C.checkpoint_id(base)
+    cfg = json.loads((two / "adapter" / "adapter_config.json").read_text())
+    assert cfg["base_model_name_or_path"] == str(base.resolve())
+    ids = torch.tensor([rows2["prompt_ids"][0] + rows2["completion_ids"][0]])
+    served = PeftModel.from_pretrained(load(base), str(two / "adapter")).eval()  # first base + adapter 2
+    torch.testing.assert_close(_logits(served, ids), _logits(load(two), ids), atol=1e-5, rtol=1e-5)
+    assert (_logits(load(two), ids) - _logits(load(one), ids)).abs().max() > 1e-4  # cycle 2 moved it
+
+    # lr 0: the continued adapter is cycle 1's, and the merged model is cycle 1's (float rounding).
+    a1 = load_file(str(one / "adapter" / "adapter_model.safetensors"))
+    a0 = load_file(str(zero / "adapter" / "adapter_model.safetensors"))
+    assert a1.keys() == a0.keys() and all(torch.equal(a1[k], a0[k]) for k in a1)
+    w1, w0 = weights(one), weights(zero)
+    for k in w1:
+        torch.testing.assert_close(w0[k], w1[k], atol=1e-6, rtol=1e-6, msg=k)
+
+    # continue_adapter = false: a new adapter, the delta from cycle 1's merged weights.
+    meta = json.loads((fresh / C.RLCYCLE_JSON).read_text())["adapter"]
+    assert meta["base"]["id"] == C.checkpoint_id(one)
+    served = PeftModel.from_pretrained(load(one), str(fresh / "adapter")).eval()
+    torch.testing.assert_close(_logits(served, ids), _logits(load(fresh), ids), atol=1e-5, rtol=1e-5)
+
+
+def test_an_adapter_that_cannot_be_continued_is_a_clear_error(cli, inputs, tmp_path):
+    base, ex, _ = inputs
+    one = tmp_path / "one"
+    stage.run(tiny(lora=dict(LORA)), ex, base, one, quiet=True)
+    ex2 = write_examples(tmp_path / "ex2.arrow", one, make_rows(8, seed=5), versions=[C.checkpoint_id(one)] * 8)
+    r = cli(["train", ex2, "--base", one, "-o", tmp_path / "two", "--set", "lora.r=8",
+             "--set", "lora.target_modules=q_proj,v_proj", "--set", "batch_size=8", "--set", "max_seq_len=64",
+             "--set", "micro_batch_tokens=64"])  # fmt: skip
+    assert r.exit_code == 2, r.output
+    assert "cannot continue" in r.error and "r=4 (now 8)" in r.error and "continue_adapter=false" in r.error
+    assert not (tmp_path / "two").exists()
+    bad = TrainConfig(lora={"r": 4, "continue_adapter": "maybe"}).validate()
+    assert any("lora.continue_adapter='maybe'" in p for p in bad)

@@ -12,7 +12,8 @@ byte for byte from the base, and `rlcycle.json`:
     data      [{path, sha256}] of the examples files
     config    the resolved TrainConfig
     metrics   the run's summary
-    adapter   with LoRA (lora.r > 0) only: {dir, r, alpha, target_modules}; OUT/adapter/ holds
+    adapter   with LoRA (lora.r > 0) only: {dir, r, alpha, target_modules, base: {id, path}} (base:
+              the adapter's own base, the first of a chain of LoRA runs); OUT/adapter/ holds
               adapter_model.safetensors + adapter_config.json (peft's format; docs/lora.md)
     created   RFC 3339 UTC
 

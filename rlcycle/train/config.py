@@ -20,7 +20,10 @@ IS_MODES = ("none", "truncate", "mask")
 KL_ESTIMATORS = ("k1", "k2", "k3", "k3_ratio")
 BATCHING = ("packed", "bucketed", "padded")
 # LoRA keys (`--set lora.r=16`, or a `[train.lora]` table) and their defaults; docs/lora.md.
-LORA_DEFAULTS: dict[str, Any] = {"r": 0, "alpha": None, "dropout": 0.0, "target_modules": ["all-linear"]}
+# continue_adapter: a base that carries an adapter (a previous LoRA run) continues it, so every
+# adapter of a chain is the delta from the chain's first base (what a server on one base needs).
+LORA_DEFAULTS: dict[str, Any] = {"r": 0, "alpha": None, "dropout": 0.0, "target_modules": ["all-linear"],
+                                 "continue_adapter": True}  # fmt: skip
 
 
 @dataclass
@@ -107,8 +110,9 @@ class TrainConfig:
         dict(LORA_DEFAULTS),
         help="LoRA adapters via peft (pip install 'rlcycle[lora]'): r (rank, 0 = off: full "
         "fine-tune), alpha (scale alpha/r; none = 2r), dropout, target_modules (comma list of "
-        "module names, or all-linear); e.g. --set lora.r=16 --set lora.target_modules=q_proj,v_proj. "
-        "See docs/lora.md.",
+        "module names, or all-linear), continue_adapter (true: a base trained with LoRA continues its "
+        "adapter, so the adapter stays the delta from the first base); e.g. --set lora.r=16 "
+        "--set lora.target_modules=q_proj,v_proj. See docs/lora.md.",
     )
     # --- reproducibility and resume ---------------------------------------------------------
     seed: int = cfg(0, help="Seed of the data order and every RNG.")
@@ -188,6 +192,8 @@ def _lora_table(table: dict[str, Any]) -> dict[str, Any]:
                 out[key] = conv(out[key].strip())
             except ValueError:
                 pass
+    if isinstance(out["continue_adapter"], str) and out["continue_adapter"].strip().lower() in ("true", "false"):
+        out["continue_adapter"] = out["continue_adapter"].strip().lower() == "true"
     if isinstance(out["dropout"], int) and not isinstance(out["dropout"], bool):
         out["dropout"] = float(out["dropout"])
     alpha = out["alpha"]
@@ -220,6 +226,8 @@ def _check_lora(problems: list[str], lora: Any) -> None:
         problems.append(f"lora.alpha={alpha!r}: must be a number > 0 (or none = 2r)")
     if not isinstance(dropout, float) or not 0.0 <= dropout < 1.0:
         problems.append(f"lora.dropout={dropout!r}: must be a number in [0, 1)")
+    if not isinstance(lora.get("continue_adapter"), bool):
+        problems.append(f"lora.continue_adapter={lora.get('continue_adapter')!r}: must be true or false")
     if not isinstance(mods, list) or not mods or not all(isinstance(m, str) and m for m in mods):
         problems.append(f"lora.target_modules={mods!r}: must be a non-empty list of module names (or all-linear)")
 

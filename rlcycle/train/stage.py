@@ -6,7 +6,9 @@ Out: OUT/ — loadable by `AutoModelForCausalLM.from_pretrained(OUT)` as it is, 
      tokenizer, `rlcycle.json` (id, parent, lineage, data hashes, config, metrics) and
      `train_metrics.arrow` (one row per optimizer step); and a `TrainResult`. With LoRA
      (lora.r > 0) only the adapters train; OUT/ holds the *merged* model as above plus
-     OUT/adapter/ (adapter_model.safetensors + adapter_config.json, peft's format; docs/lora.md).
+     OUT/adapter/ (adapter_model.safetensors + adapter_config.json, peft's format; docs/lora.md);
+     a base trained with LoRA continues its adapter (lora.continue_adapter), so a chain's adapters
+     are all deltas from its first base.
 
     rlcycle train runs/demo/examples.arrow --base checkpoints/base -o runs/demo/checkpoint
 
@@ -99,8 +101,11 @@ def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: s
     C.check_output(out, overwrite)
     base_info = C.read_base(base)
     model = loop.load_model(base_info.path, config)
+    adapter_base = None
     if config.lora_r > 0:
-        model = apply_lora(model, config)
+        model, adapter_base = apply_lora(model, config, base_info)
+        if adapter_base["id"] != base_info.id:
+            say(f"train: continuing the adapter of {base_info.path} (delta from {adapter_base['id']})")
     vocab = model.get_input_embeddings().num_embeddings
     versions = list(config.policy_versions) or base_info.lineage
     ex = D.load_examples(paths, config, versions, vocab)
@@ -134,8 +139,9 @@ def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: s
                 "config": dataclasses.asdict(config), "metrics": result.summary}  # fmt: skip
         if config.lora_r > 0:
             meta["adapter"] = {"dir": ADAPTER_DIR, "r": config.lora_r, "alpha": config.lora_alpha,
-                               "target_modules": list(config.lora["target_modules"])}  # fmt: skip
-        _save(acc, model, base_info, out, meta, rows, config, result, metrics_path)
+                               "target_modules": list(config.lora["target_modules"]),
+                               "base": adapter_base}  # fmt: skip
+        _save(acc, model, base_info, out, meta, rows, config, result, metrics_path, adapter_base)
         if acc.is_main_process and not config.keep_state:
             shutil.rmtree(state_dir, ignore_errors=True)
     acc.wait_for_everyone()
@@ -207,7 +213,7 @@ def _resume(acc, config: TrainConfig, state_dir: Path, fp: str) -> tuple[int, li
 
 
 def _save(acc, model, base_info: C.BaseInfo, out: Path, meta: dict, rows: list[dict], config: TrainConfig,
-          result: TrainResult, metrics_path: str | None) -> None:  # fmt: skip
+          result: TrainResult, metrics_path: str | None, adapter_base: dict | None = None) -> None:  # fmt: skip
     """All processes gather the weights (FSDP); the main process writes the checkpoint."""
     acc.wait_for_everyone()
     state_dict = acc.get_state_dict(model)
@@ -220,7 +226,7 @@ def _save(acc, model, base_info: C.BaseInfo, out: Path, meta: dict, rows: list[d
     extra: dict[str, Path] = {}
     if config.lora_r > 0:
         # The adapter first (peft's files, loadable by PeftModel and vLLM), then the merged model.
-        extra[ADAPTER_DIR] = save_adapter(unwrapped, base_info, out)
+        extra[ADAPTER_DIR] = save_adapter(unwrapped, Path(adapter_base["path"]), out)
         unwrapped = unwrapped.merge_and_unload()
         state_dict = unwrapped.state_dict()
     table = metrics_table(rows)
@@ -245,8 +251,14 @@ def _save(acc, model, base_info: C.BaseInfo, out: Path, meta: dict, rows: list[d
     result.output = str(out)
 
 
-def apply_lora(model, config: TrainConfig):
-    """Wrap `model` in peft LoRA adapters (only they train); InputError on a bad target module."""
+def apply_lora(model, config: TrainConfig, base_info: C.BaseInfo):
+    """Wrap `model` in peft LoRA adapters (only they train): (model, the adapter's base {id, path}).
+
+    A base that carries an adapter (a previous LoRA run, rlcycle.json `adapter`) continues it when
+    `lora.continue_adapter` (default): its adapter is loaded and its delta subtracted from the
+    merged weights, so the model is unchanged (to float rounding) and the adapter this run saves
+    is still the delta from the chain's first base, the one a LoRA server keeps loaded.
+    """
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
@@ -259,7 +271,7 @@ def apply_lora(model, config: TrainConfig):
                       target_modules="all-linear" if mods == ["all-linear"] else mods,
                       bias="none", task_type="CAUSAL_LM")  # fmt: skip
     try:
-        return get_peft_model(model, spec)
+        model = get_peft_model(model, spec)
     except ValueError as e:
         import torch
 
@@ -269,18 +281,57 @@ def apply_lora(model, config: TrainConfig):
             f"lora.target_modules={','.join(mods)}: {e}",
             hint=f"this model's linear layers are named {', '.join(linear)} (or use all-linear)",
         ) from None
+    prev = base_info.meta.get("adapter")
+    if not (prev and config.lora["continue_adapter"]):
+        return model, {"id": base_info.id, "path": str(base_info.path.resolve())}
+    return model, _continue_adapter(model, config, base_info, prev)
 
 
-def save_adapter(peft_model, base_info: C.BaseInfo, out: Path) -> Path:
+def _continue_adapter(model, config: TrainConfig, base_info: C.BaseInfo, prev: dict) -> dict:
+    """Load the base's adapter into `model` and unmerge it; the adapter's base {id, path}."""
+    import torch
+    from peft import set_peft_model_state_dict
+    from peft.tuners.lora import LoraLayer
+    from safetensors.torch import load_file
+
+    here = base_info.path / prev.get("dir", ADAPTER_DIR)
+    wanted = {"r": config.lora_r, "alpha": config.lora_alpha, "target_modules": list(config.lora["target_modules"])}
+    differs = [f"{k}={prev.get(k)!r} (now {v!r})" for k, v in wanted.items() if prev.get(k) != v]
+    if differs or not (here / "adapter_model.safetensors").is_file():
+        raise InputError(
+            f"--base {base_info.path} carries a LoRA adapter that this run cannot continue: "
+            + ("; ".join(differs) if differs else f"{here}/adapter_model.safetensors is missing"),
+            hint="train with the same lora.r, lora.alpha and lora.target_modules, or --set "
+            "lora.continue_adapter=false (a new adapter, the delta from this base's merged weights)",
+        )
+    result = set_peft_model_state_dict(model, load_file(str(here / "adapter_model.safetensors")))
+    unexpected = list(getattr(result, "unexpected_keys", []) or [])
+    missing = [k for k in (getattr(result, "missing_keys", []) or []) if "lora_" in k]
+    if unexpected or missing:
+        raise InputError(f"{here}: the adapter does not fit this model (unexpected {unexpected[:3]}, "
+                         f"missing {missing[:3]})", hint="--set lora.continue_adapter=false")  # fmt: skip
+    with torch.no_grad():  # base = merged - delta: the model computes what the merged base did
+        for layer in model.modules():
+            if isinstance(layer, LoraLayer):
+                for name in layer.active_adapters:
+                    layer.get_base_layer().weight -= layer.get_delta_weight(name)
+    root = prev.get("base") or {}
+    if not root.get("path"):  # an adapter saved before `base` was recorded: peft's own field
+        doc = json.loads((here / "adapter_config.json").read_text())
+        root = {"id": root.get("id"), "path": doc.get("base_model_name_or_path")}
+    return root
+
+
+def save_adapter(peft_model, adapter_base: Path, out: Path) -> Path:
     """peft's adapter files (adapter_model.safetensors, adapter_config.json) in a temp dir beside OUT."""
     tmp = out.parent / f".{out.name}.{ADAPTER_DIR}"
     shutil.rmtree(tmp, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     peft_model.save_pretrained(str(tmp), safe_serialization=True)
-    # peft records the base's path as loaded; keep it absolute so the adapter finds its base.
+    # peft records the path it loaded; record the adapter's own base (the chain's first), absolute.
     cfg_path = tmp / "adapter_config.json"
     doc = json.loads(cfg_path.read_text())
-    doc["base_model_name_or_path"] = str(base_info.path.resolve())
+    doc["base_model_name_or_path"] = str(adapter_base)
     cfg_path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     (tmp / "README.md").unlink(missing_ok=True)  # peft's model-card template: not the adapter
     return tmp
