@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -238,3 +239,23 @@ def test_a_failed_hook_restores_the_previous_canary_too(cli, ckpts, tmp_path):
     assert cli(["deploy", ckpts[2], "--verdict", v, "--hook", "exit 1"]).exit_code == 1
     after = Registry().state()
     assert after["aliases"] == before["aliases"] and after["canary"] == before["canary"]
+
+
+def test_rollback_calls_the_serving_hook_and_a_failing_one_undoes_it(cli, ckpts, tmp_path):
+    ids = [checkpoint_id(c) for c in ckpts]
+    v = verdict(tmp_path)
+    assert cli(["deploy", ckpts[0], "--verdict", v]).exit_code == 0
+    assert cli(["deploy", ckpts[1], "--verdict", v]).exit_code == 0
+    marker = tmp_path / "hook_ran"
+    # a failing hook: the serving side still has ids[1], so the registry must say so
+    r = cli(["rollback", "--hook", f"echo $RLCYCLE_CHECKPOINT_ID $RLCYCLE_DEPLOY_ACTION > {marker}; exit 5"])
+    assert r.exit_code == 1 and "serving hook failed (exit 5" in r.error and "rollback was undone" in r.error
+    assert marker.read_text().split() == [ids[0], "rollback"]
+    assert Registry().aliases() == {"production": ids[1], "previous": ids[0]}
+    r = cli(["rollback", "--json", "--hook", f"echo $RLCYCLE_CHECKPOINT_ID $RLCYCLE_CHECKPOINT_DIR > {marker}"])
+    assert r.exit_code == 0, r.output
+    got_id, got_dir = marker.read_text().split()
+    assert got_id == ids[0] and checkpoint_id(Path(got_dir)) == ids[0]
+    assert json.loads(r.stdout)["hook"] and Registry().aliases() == {"production": ids[0], "previous": ids[1]}
+    hist = Registry().history().column("action").to_pylist()
+    assert hist == ["promote", "promote", "rollback", "revert", "rollback"]

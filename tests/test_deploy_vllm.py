@@ -305,6 +305,19 @@ def test_the_next_cycles_adapter_deploys_onto_the_same_base(cli, ckpts, served):
     assert Registry().aliases()["production"] == _cid(ckpts["c2"])
 
 
+def test_rollback_with_the_hook_serves_the_previous_adapter_again(cli, ckpts, served):
+    # deploy v1, deploy v2 (v1's adapter unloaded), then roll back: v1's adapter is loaded again
+    # under its own version name, checked by the probe, and v2's unloaded.
+    n1, n2 = _name(_cid(ckpts["v1"])), _name(_cid(ckpts["v2"]))
+    assert _deploy(cli, ckpts["v1"], served).exit_code == 0
+    assert _deploy(cli, ckpts["v2"], served).exit_code == 0
+    assert _models(served) == ["base", n2]
+    r = cli(["rollback", "--hook", _hook(served), "--set", "hook_timeout_s=300"], env={"SERVE_KEY": KEY})
+    assert r.exit_code == 0, r.output
+    assert _models(served) == ["base", n1]
+    assert Registry().aliases()["production"] == _cid(ckpts["v1"])
+
+
 def test_server_answering_with_the_previous_adapter_is_caught_and_rolled_back(cli, ckpts, served):
     """The failure users report: the new name, but the old weights behind it."""
     n1, n2 = _name(_cid(ckpts["v1"])), _name(_cid(ckpts["v2"]))

@@ -16,6 +16,15 @@ registry_app = typer.Typer(
 )
 
 
+def _hook_option():
+    return typer.Option(None, "--hook", help="Serving hook: shell command or http(s) URL (JSON POST).")
+
+
+def _hook_key_option():
+    return typer.Option(None, "--hook-api-key-env",
+                        help="Env var holding the key sent to an http(s) hook as `Authorization: Bearer`.")  # fmt: skip
+
+
 def register(app: typer.Typer) -> None:
     @app.command(
         "deploy",
@@ -44,14 +53,8 @@ def register(app: typer.Typer) -> None:
         canary: float = typer.Option(
             None, "--canary", help="Serve to this fraction of traffic first (0-1)."
         ),
-        hook: str = typer.Option(
-            None, "--hook", help="Serving hook: shell command or http(s) URL (JSON POST)."
-        ),
-        hook_api_key_env: str = typer.Option(
-            None,
-            "--hook-api-key-env",
-            help="Env var holding the key sent to an http(s) hook as `Authorization: Bearer`.",
-        ),
+        hook: str = _hook_option(),
+        hook_api_key_env: str = _hook_key_option(),
         config: Path = opt.config("deploy"),
         set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
         as_json: bool = opt.json_flag("Print one JSON result object."),
@@ -67,16 +70,28 @@ def register(app: typer.Typer) -> None:
 
     @app.command(
         "rollback",
-        help="Point an alias back at the previous checkpoint.\n\nExample:\n\n  rlcycle rollback --alias production",
+        help=(
+            "Point an alias back at the previous checkpoint; then the serving hook, as deploy calls it.\n\n"
+            "If the hook fails, the rollback is undone (recorded) and it exits 1.\n\n"
+            "Examples:\n\n  rlcycle rollback --alias production\n\n"
+            "  rlcycle rollback --hook 'python -m rlcycle.deploy.vllm --url http://127.0.0.1:8000'"
+        ),
     )
     def rollback(
-        alias: str = typer.Option("production", "--alias", help="Alias to roll back."),
+        alias: str = typer.Option(None, "--alias", help="Alias to roll back (default production)."),
         note: str = typer.Option(None, "--note", help="Why (recorded in the history)."),
+        hook: str = _hook_option(),
+        hook_api_key_env: str = _hook_key_option(),
+        config: Path = opt.config("deploy"),
+        set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
         as_json: bool = opt.json_flag("Print one JSON result object."),
     ) -> None:
         from rlcycle import deploy as stage
+        from rlcycle.config import resolve
 
-        _report(stage.rollback(alias, note=note), as_json)
+        cfg = resolve(stage.DeployConfig, config, set_,
+                      {"alias": alias, "hook": hook, "hook_api_key_env": hook_api_key_env}, section="deploy")  # fmt: skip
+        _report(stage.rollback(cfg.alias, note=note, config=cfg), as_json)
 
     app.add_typer(registry_app, name="registry")
 

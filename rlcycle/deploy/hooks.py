@@ -2,8 +2,9 @@
 
 In: the hook (`DeployConfig.hook`: a command line, or an http(s) URL), the checkpoint directory
 and id. Out: None when the serving side took the checkpoint, else a one-line reason; `deploy`
-then restores the previous aliases. A command sees RLCYCLE_CHECKPOINT_DIR, RLCYCLE_CHECKPOINT_ID,
-RLCYCLE_ALIAS and RLCYCLE_CANARY_FRACTION; a URL receives the same as a JSON object, with
+(or `rollback`) then restores the previous aliases. A command sees RLCYCLE_CHECKPOINT_DIR,
+RLCYCLE_CHECKPOINT_ID, RLCYCLE_ALIAS, RLCYCLE_CANARY_FRACTION and RLCYCLE_DEPLOY_ACTION (promote,
+canary or rollback); a URL receives the same as a JSON object (`action`), with
 `Authorization: Bearer KEY` when an API key is given (deploy reads it from the environment
 variable named by `DeployConfig.hook_api_key_env`; the key itself is never in a config file).
 A command gets no key from here: it reads its own variable (e.g. `python -m rlcycle.deploy.vllm
@@ -20,10 +21,10 @@ from pathlib import Path
 
 
 def call_hook(hook: str, path: Path, cid: str, alias: str, canary_fraction: float | None, timeout_s: float,
-              api_key: str | None = None) -> str | None:  # fmt: skip
+              api_key: str | None = None, action: str = "promote") -> str | None:  # fmt: skip
     """Run the serving hook; None when it succeeded, else what went wrong (the key never in it)."""
     payload = {"checkpoint_dir": str(path), "checkpoint_id": cid, "alias": alias,
-               "canary_fraction": canary_fraction}  # fmt: skip
+               "canary_fraction": canary_fraction, "action": action}  # fmt: skip
     if hook.startswith(("http://", "https://")):
         headers = {"Content-Type": "application/json"}
         if api_key:
@@ -35,7 +36,8 @@ def call_hook(hook: str, path: Path, cid: str, alias: str, canary_fraction: floa
         except Exception as e:  # connection refused, HTTP error, timeout: all mean "not served"
             return f"{type(e).__name__}: {e}"
     env = dict(os.environ, RLCYCLE_CHECKPOINT_DIR=str(path), RLCYCLE_CHECKPOINT_ID=cid, RLCYCLE_ALIAS=alias,
-               RLCYCLE_CANARY_FRACTION="" if canary_fraction is None else str(canary_fraction))  # fmt: skip
+               RLCYCLE_CANARY_FRACTION="" if canary_fraction is None else str(canary_fraction),
+               RLCYCLE_DEPLOY_ACTION=action)  # fmt: skip
     try:
         proc = subprocess.run(
             hook, shell=True, env=env, timeout=timeout_s, capture_output=True, text=True

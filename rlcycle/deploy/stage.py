@@ -15,7 +15,9 @@ Rules:
 - the hook (a shell command, or an http(s) URL that receives a JSON POST, with
   `Authorization: Bearer $<hook_api_key_env>` when that names a variable) runs after the
   aliases moved; if it fails, the aliases are moved back and that is recorded too. For vLLM:
-  `--hook 'python -m rlcycle.deploy.vllm --url http://host:8000'` (deploy/vllm.py).
+  `--hook 'python -m rlcycle.deploy.vllm --url http://host:8000'` (deploy/vllm.py);
+- rollback: `production` = `previous` and back; with a hook (`rlcycle rollback --hook ...`) the
+  hook is called as above for the checkpoint rolled back to, and a failing hook undoes it.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ def run(
         )
         if config.hook:
             problem = call_hook(config.hook or "", reg.ckpts / cid, cid, config.alias, config.canary_fraction, config.hook_timeout_s,
-                                api_key)  # fmt: skip
+                                api_key, action)  # fmt: skip
             if problem:
                 reg.commit(old, Entry("revert", config.alias, old.get(config.alias), cid, None, None, actor(),
                                       f"serving hook failed: {problem}"), before.get("canary") or {})  # fmt: skip
@@ -183,10 +185,17 @@ def run(
 
 
 def rollback(
-    alias: str = "production", registry: Registry | None = None, note: str | None = None
+    alias: str = "production",
+    registry: Registry | None = None,
+    note: str | None = None,
+    config: DeployConfig | None = None,
 ) -> DeployResult:
-    """Point `alias` back at `previous` (and `previous` at what was rolled back from)."""
+    """Point `alias` back at `previous` (and `previous` at what was rolled back from); then the
+    serving hook, as deploy calls it, with the checkpoint rolled back to. If the hook fails, the
+    serving side still has the newer one: the rollback is reverted (recorded) and it raises."""
     reg = registry or Registry()
+    hook = config.hook if config else None
+    api_key = config.hook_api_key() if hook else None  # before anything moves
     with reg.locked():
         old = reg.aliases()
         if "previous" not in old or alias not in old:
@@ -194,13 +203,22 @@ def rollback(
                 f"nothing to roll back to: the registry has no 'previous' for {alias!r}",
                 hint="`rlcycle registry ls` shows the aliases",
             )
-        new = dict(old, **{alias: old["previous"], "previous": old[alias]})
-        reg.commit(
-            new,
-            Entry("rollback", alias, old["previous"], old[alias], None, None, actor(), note),
-            {},
-        )
-    return DeployResult("rollback", alias, old["previous"], old[alias])
+        before = reg.state()
+        back, current = old["previous"], old[alias]
+        new = dict(old, **{alias: back, "previous": current})
+        reg.commit(new, Entry("rollback", alias, back, current, None, None, actor(), note), {})
+        if hook:
+            problem = call_hook(hook, reg.ckpts / back, back, alias, None, config.hook_timeout_s, api_key, "rollback")
+            if problem:
+                reg.commit(old, Entry("revert", alias, current, back, None, None, actor(),
+                                      f"serving hook failed on rollback: {problem}"),
+                           before.get("canary") or {})  # fmt: skip
+                raise RlcycleError(
+                    f"serving hook failed ({problem}); the rollback was undone ({alias} -> {current}, "
+                    "still what the serving side has)",
+                    hint="check the hook command/URL, then roll back again",
+                )
+    return DeployResult("rollback", alias, back, current, hook=hook)
 
 
 def register(checkpoint: str | Path, alias: str | None, registry: Registry | None = None) -> str:
