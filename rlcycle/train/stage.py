@@ -141,7 +141,7 @@ def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: s
             meta["adapter"] = {"dir": ADAPTER_DIR, "r": config.lora_r, "alpha": config.lora_alpha,
                                "target_modules": list(config.lora["target_modules"]),
                                "base": adapter_base}  # fmt: skip
-        _save(acc, model, base_info, out, meta, rows, config, result, metrics_path, adapter_base)
+        _save(acc, model, base_info, out, meta, rows, config, result, metrics_path)
         if acc.is_main_process and not config.keep_state:
             shutil.rmtree(state_dir, ignore_errors=True)
     acc.wait_for_everyone()
@@ -213,7 +213,7 @@ def _resume(acc, config: TrainConfig, state_dir: Path, fp: str) -> tuple[int, li
 
 
 def _save(acc, model, base_info: C.BaseInfo, out: Path, meta: dict, rows: list[dict], config: TrainConfig,
-          result: TrainResult, metrics_path: str | None, adapter_base: dict | None = None) -> None:  # fmt: skip
+          result: TrainResult, metrics_path: str | None) -> None:  # fmt: skip
     """All processes gather the weights (FSDP); the main process writes the checkpoint."""
     acc.wait_for_everyone()
     state_dict = acc.get_state_dict(model)
@@ -226,7 +226,7 @@ def _save(acc, model, base_info: C.BaseInfo, out: Path, meta: dict, rows: list[d
     extra: dict[str, Path] = {}
     if config.lora_r > 0:
         # The adapter first (peft's files, loadable by PeftModel and vLLM), then the merged model.
-        extra[ADAPTER_DIR] = save_adapter(unwrapped, Path(adapter_base["path"]), out)
+        extra[ADAPTER_DIR] = save_adapter(unwrapped, Path(meta["adapter"]["base"]["path"]), out)
         unwrapped = unwrapped.merge_and_unload()
         state_dict = unwrapped.state_dict()
     table = metrics_table(rows)
