@@ -76,9 +76,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "simulate": {"max_new_tokens": 48, "max_turns": 3, "sandboxes": 4},
     # max_steps: the cycle's own default caps train at 2 steps (a quick demo); here `epochs` decide.
     "train": {"batch_size": 16, "epochs": 1, "max_steps": 100000, "lr": 1e-5, "max_policy_lag": -1, "save_every": 1},
-    "eval": {"attempts": 1, "max_tasks": 12, "max_new_tokens": 48, "max_turns": 3, "sandboxes": 2,
-             "min_paired_tasks": 5},
-}  # fmt: skip
+    "eval": {
+        "attempts": 1,
+        "max_tasks": 12,
+        "max_new_tokens": 48,
+        "max_turns": 3,
+        "sandboxes": 2,
+        "min_paired_tasks": 5,
+    },
+}
 WARM_DEFAULTS = {"simulate.max_new_tokens": 160, "eval.max_new_tokens": 160}  # a tool call is ~50-150 tokens
 # What each arm changes in the cycle config (the rest is identical). `permute_seed` is set per
 # cycle (the cycle's traffic seed), so each batch gets its own shuffle.
@@ -151,8 +157,13 @@ def arm_overrides(arm: str, seed: int, base: dict[str, Any]) -> dict[str, Any]:
 
 def rlcycle(args: list[str], env: dict[str, str], quiet: bool) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess (the venv's interpreter); its progress goes to our stderr."""
-    return subprocess.run([sys.executable, "-m", "rlcycle", *args], env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL if quiet else None, text=True)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rlcycle", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL if quiet else None,
+        text=True,
+    )
 
 
 def make_start(out: Path, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
@@ -191,19 +202,29 @@ def share_first_cycle(src: Path, dst: Path) -> bool:
     return True
 
 
-def run_arm(arm: str, args: argparse.Namespace, out: Path, start: dict[str, Any], first: Path | None,
-            measure_only: bool = False) -> dict[str, Any]:  # fmt: skip
+def run_arm(
+    arm: str, args: argparse.Namespace, out: Path, start: dict[str, Any], first: Path | None, measure_only: bool = False
+) -> dict[str, Any]:
     """One arm: its home, the start as production, N cycles and the measure run (`measure_only`:
     just the measure run, of the start: the `v0` row every arm's last version is paired with)."""
     home = out / arm / "home"
     env = dict(os.environ, RLCYCLE_HOME=str(home))
     env.setdefault("OMP_NUM_THREADS", "1")  # tiny models on busy cores: many times faster (docs/simulate.md)
     base = {**(WARM_DEFAULTS if args.warm_start or args.start else {}), **parse_sets(args.set or [])}
-    runs: dict[str, Any] = {"arm": arm, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cycles": [],
-                            "home": str(home), "start": start}  # fmt: skip
+    runs: dict[str, Any] = {
+        "arm": arm,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "cycles": [],
+        "home": str(home),
+        "start": start,
+    }
     (out / arm).mkdir(parents=True, exist_ok=True)
     register_start(home, start, env, args.quiet)
-    plan = seeds(args.seed, args.cycles)[-1:] if measure_only else seeds(args.seed, args.cycles)[: None if not args.no_measure else -1]
+    plan = (
+        seeds(args.seed, args.cycles)[-1:]
+        if measure_only
+        else seeds(args.seed, args.cycles)[: None if not args.no_measure else -1]
+    )
     for name, seed in plan:
         run_dir, toml = out / arm / name, out / arm / f"{name}.toml"
         episodes = args.measure_episodes or args.episodes if name == "measure" else args.episodes
@@ -212,17 +233,38 @@ def run_arm(arm: str, args: argparse.Namespace, out: Path, start: dict[str, Any]
         overrides = base if name == "measure" else arm_overrides(arm, seed, base)
         toml.write_text(cycle_toml(seed, episodes, args.tasks, overrides))
         shared = name == "cycle-1" and first is not None and share_first_cycle(first, run_dir)
-        _log(args, f"{arm}/{name}: rlcycle cycle --config {toml} --run-dir {run_dir}" + (" (cycle-1 traffic shared)" if shared else ""))
+        _log(
+            args,
+            f"{arm}/{name}: rlcycle cycle --config {toml} --run-dir {run_dir}"
+            + (" (cycle-1 traffic shared)" if shared else ""),
+        )
         started = time.monotonic()
         extra = ["--until", "distill"] if name == "measure" else []
-        r = rlcycle(["cycle", "--config", str(toml), "--run-dir", str(run_dir), "--json", *extra,
-                     *(["-q"] if args.quiet else [])], env, args.quiet)  # fmt: skip
+        r = rlcycle(
+            [
+                "cycle",
+                "--config",
+                str(toml),
+                "--run-dir",
+                str(run_dir),
+                "--json",
+                *extra,
+                *(["-q"] if args.quiet else []),
+            ],
+            env,
+            args.quiet,
+        )
         try:
             result = json.loads(r.stdout)
         except json.JSONDecodeError:
             result = {"decision": None, "stages": []}
-        result.update(name=name, seed=seed, exit_code=r.returncode, wall_s=round(time.monotonic() - started, 1),
-                      shared_traffic=shared)  # fmt: skip
+        result.update(
+            name=name,
+            seed=seed,
+            exit_code=r.returncode,
+            wall_s=round(time.monotonic() - started, 1),
+            shared_traffic=shared,
+        )
         (out / arm / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
         runs["cycles"].append(result)
         if r.returncode not in (0, 3):  # 3: the gate refused; production stays, the loop goes on
@@ -237,9 +279,15 @@ def run_experiment(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """Every arm in turn (one at a time: they share the machine), from the same start."""
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     started = time.monotonic()
-    record: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seed": args.seed,
-                              "cycles": args.cycles, "episodes": args.episodes, "tasks": args.tasks,
-                              "sets": args.set or [], "arms": {}}  # fmt: skip
+    record: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seed": args.seed,
+        "cycles": args.cycles,
+        "episodes": args.episodes,
+        "tasks": args.tasks,
+        "sets": args.set or [],
+        "arms": {},
+    }
     record["start"] = make_start(out, args, env)
     if record["start"]["path"] is not None and not args.no_measure:
         # v0 on the measure traffic: the same sessions every arm's last version serves, so the
@@ -271,19 +319,51 @@ def _arms(text: str) -> list[str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="See docs/closed_loop.md.")  # fmt: skip
-    p.add_argument("--arms", type=_arms, default=["treatment", "control"], help="Arms, comma-separated: treatment, control, naive (default treatment,control).")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="See docs/closed_loop.md.",
+    )
+    p.add_argument(
+        "--arms",
+        type=_arms,
+        default=["treatment", "control"],
+        help="Arms, comma-separated: treatment, control, naive (default treatment,control).",
+    )
     p.add_argument("--cycles", type=int, default=3, help="Cycles in a row per arm (default 3).")
-    p.add_argument("--episodes", type=int, default=42, help="Simulated sessions per cycle (default 42: each sample task once).")
-    p.add_argument("--measure-episodes", type=int, default=None, help="Sessions of the measure run (default: --episodes).")
-    p.add_argument("--seed", type=int, default=0, help="Experiment seed: cycle k's traffic seed is 1000*seed+k, the measure run's 1000*seed+900.")
-    p.add_argument("--out", type=Path, default=REPO / "runs" / "closed_loop", help="Output directory (must not hold runs yet).")
+    p.add_argument(
+        "--episodes", type=int, default=42, help="Simulated sessions per cycle (default 42: each sample task once)."
+    )
+    p.add_argument(
+        "--measure-episodes", type=int, default=None, help="Sessions of the measure run (default: --episodes)."
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="Experiment seed: cycle k's traffic seed is 1000*seed+k, the measure run's 1000*seed+900.",
+    )
+    p.add_argument(
+        "--out", type=Path, default=REPO / "runs" / "closed_loop", help="Output directory (must not hold runs yet)."
+    )
     p.add_argument("--tasks", default=str(REPO / "sample_data" / "tasks"), help="Task suite for simulate and eval.")
-    p.add_argument("--start", default=None, help="Checkpoint directory every arm starts from (registered as production in each arm's home).")
-    p.add_argument("--warm-start", action="store_true", help="Start from a warm-started model made once into OUT/start (init-model --warm-start TASKS).")
+    p.add_argument(
+        "--start",
+        default=None,
+        help="Checkpoint directory every arm starts from (registered as production in each arm's home).",
+    )
+    p.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="Start from a warm-started model made once into OUT/start (init-model --warm-start TASKS).",
+    )
     p.add_argument("--no-measure", action="store_true", help="Skip measuring the last deployed version online.")
-    p.add_argument("--set", action="append", metavar="TABLE.KEY=VALUE", help="Edit the cycle config of every arm: --set train.lr=1e-4 (repeatable).")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="TABLE.KEY=VALUE",
+        help="Edit the cycle config of every arm: --set train.lr=1e-4 (repeatable).",
+    )
     p.add_argument("--report-only", action="store_true", help="Only print the report of a finished OUT.")
     p.add_argument("--json", action="store_true", help="Print one JSON object instead of the tables.")
     p.add_argument("-q", "--quiet", action="store_true", help="No progress on stderr.")

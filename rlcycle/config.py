@@ -108,9 +108,18 @@ def load_toml(path: str | Path | None, section: str | None = None) -> dict[str, 
 # --- validate() helpers -----------------------------------------------------------------------
 
 
-def check_range(problems: list[str], obj: Any, names: str | Iterable[str], *, ge: float | None = None,
-                gt: float | None = None, le: float | None = None, lt: float | None = None,
-                optional: bool = False, finite: bool = False) -> None:
+def check_range(
+    problems: list[str],
+    obj: Any,
+    names: str | Iterable[str],
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    optional: bool = False,
+    finite: bool = False,
+) -> None:
     """Append `name=value: must be ...` to `problems` for each field of `obj` out of range.
 
     Bounds: `ge` (>=) or `gt` (>) below, `le` (<=) or `lt` (<) above; NaN is always out of
@@ -129,8 +138,10 @@ def check_range(problems: list[str], obj: Any, names: str | Iterable[str], *, ge
         ok = ok and (lo is None or (value > lo if lo_open else value >= lo))
         ok = ok and (hi is None or (value < hi if hi_open else value <= hi))
         if not ok:
-            problems.append(f"{name}={value}: must be {_range_text(lo, lo_open, hi, hi_open, finite)}"
-                            + (" (or none)" if optional else ""))
+            problems.append(
+                f"{name}={value}: must be {_range_text(lo, lo_open, hi, hi_open, finite)}"
+                + (" (or none)" if optional else "")
+            )
 
 
 def _range_text(lo: float | None, lo_open: bool, hi: float | None, hi_open: bool, finite: bool) -> str:
@@ -178,9 +189,7 @@ def resolve(
                 continue
             if key not in names:
                 close = _closest(key, names)
-                problems.append(
-                    f"{origin}: unknown key {key!r}" + (f" (did you mean {close!r}?)" if close else "")
-                )
+                problems.append(f"{origin}: unknown key {key!r}" + (f" (did you mean {close!r}?)" if close else ""))
                 continue
             try:
                 values[key] = _coerce(raw, hints[key], from_string=(origin == "--set"))

@@ -52,23 +52,46 @@ class CycleConfig:
     run_dir: str = cfg("runs/cycle", help="Run directory: one per cycle (reruns of it are cached).")
     # simulate by default: the demo then trains on samples of the very model it updates
     # (behaviour logprobs from the base: on-policy); a production cron sets source = "logs".
-    source: str = cfg("simulate", help="Where events come from: simulate (the production policy on `tasks`, the default) or logs (the `events` paths).")
-    events: list[str] = cfg([str(resources.events())], help="Event logs for source=logs (default: the small log shipped in rlcycle/data).")
+    source: str = cfg(
+        "simulate",
+        help="Where events come from: simulate (the production policy on `tasks`, the default) or logs (the `events` paths).",
+    )
+    events: list[str] = cfg(
+        [str(resources.events())], help="Event logs for source=logs (default: the small log shipped in rlcycle/data)."
+    )
     base: str = cfg("production", help="Base policy: a registry alias or a checkpoint directory.")
-    bootstrap_seed: int = cfg(0, help="With an empty registry and base=production: create the tiny default model with this seed.")
-    tasks: str = cfg(str(resources.tasks()), help="Task suite for eval and simulate (default: the small suite shipped in rlcycle/data).")
-    reward_spec: str = cfg(str(resources.reward_spec()), help="Reward spec for distill (default: rlcycle/data/rewards.toml).")
+    bootstrap_seed: int = cfg(
+        0, help="With an empty registry and base=production: create the tiny default model with this seed."
+    )
+    tasks: str = cfg(
+        str(resources.tasks()),
+        help="Task suite for eval and simulate (default: the small suite shipped in rlcycle/data).",
+    )
+    reward_spec: str = cfg(
+        str(resources.reward_spec()), help="Reward spec for distill (default: rlcycle/data/rewards.toml)."
+    )
     simulate: dict[str, Any] = cfg({"episodes": 16, "max_new_tokens": 64}, help="SimulateConfig keys.")
     collect: dict[str, Any] = cfg({}, help="CollectConfig keys.")
     distill: dict[str, Any] = cfg({}, help="DistillConfig keys.")
-    train: dict[str, Any] = cfg({"max_steps": 2, "batch_size": 8, "lr": 1e-5, "max_policy_lag": -1, "save_every": 1},
-                                help="TrainConfig keys (the defaults keep the sample cycle to minutes on CPU).")
+    train: dict[str, Any] = cfg(
+        {"max_steps": 2, "batch_size": 8, "lr": 1e-5, "max_policy_lag": -1, "save_every": 1},
+        help="TrainConfig keys (the defaults keep the sample cycle to minutes on CPU).",
+    )
     # latency_noise_ms: on a CPU the first calls at each new prompt shape cost seconds, which
     # swamps the tiny model's ~0.2 s calls; the sample cycle tolerates that, production configs
     # (GPU serving) should keep the EvalConfig default of 20 ms.
-    eval: dict[str, Any] = cfg({"attempts": 1, "max_tasks": 12, "max_new_tokens": 48, "max_turns": 4, "sandboxes": 2,
-                                "min_paired_tasks": 5, "latency_noise_ms": 10000.0},
-                               help="EvalConfig keys (gates included; see the latency note in rlcycle/cycle.py).")
+    eval: dict[str, Any] = cfg(
+        {
+            "attempts": 1,
+            "max_tasks": 12,
+            "max_new_tokens": 48,
+            "max_turns": 4,
+            "sandboxes": 2,
+            "min_paired_tasks": 5,
+            "latency_noise_ms": 10000.0,
+        },
+        help="EvalConfig keys (gates included; see the latency note in rlcycle/cycle.py).",
+    )
     deploy: dict[str, Any] = cfg({}, help="DeployConfig keys (hook, canary_fraction, ...).")
 
     def validate(self) -> list[str]:
@@ -98,14 +121,21 @@ class CycleResult:
     exit_code: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"run_dir": self.run_dir, "decision": self.decision, "deployed": self.deployed,
-                "exit_code": self.exit_code, "stages": [dataclasses.asdict(s) for s in self.stages]}  # fmt: skip
+        return {
+            "run_dir": self.run_dir,
+            "decision": self.decision,
+            "deployed": self.deployed,
+            "exit_code": self.exit_code,
+            "stages": [dataclasses.asdict(s) for s in self.stages],
+        }
 
 
 def format_summary(r: CycleResult) -> str:
     """The lines `rlcycle cycle` prints on stdout: one per stage, then the decision."""
-    lines = [f"{s.name:<9} {s.status:<10} {s.seconds:7.1f}s  " + " ".join(f"{k}={v}" for k, v in s.outputs.items())
-             for s in r.stages]  # fmt: skip
+    lines = [
+        f"{s.name:<9} {s.status:<10} {s.seconds:7.1f}s  " + " ".join(f"{k}={v}" for k, v in s.outputs.items())
+        for s in r.stages
+    ]
     return "\n".join([*lines, f"decision: {r.decision}  deployed: {r.deployed}"])
 
 
@@ -122,7 +152,9 @@ def content_hash(paths: list[str | Path]) -> str:
 
 
 def _key(stage: str, config: Any, inputs: dict[str, str]) -> str:
-    blob = json.dumps({"stage": stage, "config": dataclasses.asdict(config), "inputs": inputs}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {"stage": stage, "config": dataclasses.asdict(config), "inputs": inputs}, sort_keys=True, default=str
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -143,8 +175,10 @@ class CycleLock:
         try:
             lock.__enter__()
         except rio.LockBusy as e:
-            raise RlcycleError(f"another cycle is running ({e.holder or 'another process'}; lock {self.path})",
-                               hint="wait for it; a crashed cycle's lock is released by the kernel") from None
+            raise RlcycleError(
+                f"another cycle is running ({e.holder or 'another process'}; lock {self.path})",
+                hint="wait for it; a crashed cycle's lock is released by the kernel",
+            ) from None
         self._lock = lock
         return self
 
@@ -160,8 +194,15 @@ class CycleLock:
 class Cycle:
     """Runs the stages in order; each `_stage_*` returns (config, inputs, outputs, work)."""
 
-    def __init__(self, config: CycleConfig, force: bool = False, dry_run: bool = False,
-                 from_stage: str | None = None, until_stage: str | None = None, quiet: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        config: CycleConfig,
+        force: bool = False,
+        dry_run: bool = False,
+        from_stage: str | None = None,
+        until_stage: str | None = None,
+        quiet: bool = False,
+    ):
         for name, value in (("--from", from_stage), ("--until", until_stage)):
             if value is not None and value not in STAGES:
                 raise InputError(f"{name} {value!r}: not a stage", hint=f"stages: {', '.join(STAGES)}")
@@ -207,10 +248,24 @@ class Cycle:
         result = work()
         crash_point(f"cycle:{name}")  # fault injection for the resume tests
         seconds = time.monotonic() - started
-        rio.atomic_write_text(manifest, json.dumps({
-            "stage": name, "key": key, "inputs": inputs, "outputs": outputs, "config": dataclasses.asdict(cfg_obj),
-            "result": result, "seconds": round(seconds, 3), "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }, indent=2, default=str) + "\n")  # fmt: skip
+        rio.atomic_write_text(
+            manifest,
+            json.dumps(
+                {
+                    "stage": name,
+                    "key": key,
+                    "inputs": inputs,
+                    "outputs": outputs,
+                    "config": dataclasses.asdict(cfg_obj),
+                    "result": result,
+                    "seconds": round(seconds, 3),
+                    "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n",
+        )
         self.result.stages.append(StageRun(name, result.get("status", "ran"), seconds, outputs, result))
         return self._after(name, result)
 
@@ -255,7 +310,9 @@ class Cycle:
         path = reg.resolve(self.config.base) if not Path(self.config.base).is_dir() else Path(self.config.base)
         cid = checkpoint_id(path)
         if not self.dry_run:
-            rio.atomic_write_text(pin, json.dumps({"base": self.config.base, "base_path": str(path), "base_id": cid}, indent=2) + "\n")
+            rio.atomic_write_text(
+                pin, json.dumps({"base": self.config.base, "base_path": str(path), "base_id": cid}, indent=2) + "\n"
+            )
         return path, cid
 
     def _bootstrap(self, reg: Any) -> None:
@@ -288,13 +345,21 @@ class Cycle:
         from rlcycle import collect
 
         c = self._sub(collect.CollectConfig, "collect")
-        events = [str(self._path("simulate", "events.jsonl"))] if self.config.source == "simulate" else list(self.config.events)
+        events = (
+            [str(self._path("simulate", "events.jsonl"))]
+            if self.config.source == "simulate"
+            else list(self.config.events)
+        )
         out = self._path("collect", "trajectories.arrow")
         inputs = {"events": content_hash(events) if all(Path(e).exists() for e in events) else "pending"}
 
         def work() -> dict:
             r = collect.run(c, events, str(out), quiet=self.quiet)
-            return {k: v for k, v in r.as_dict().items() if k in ("samples_out", "episodes_out", "quarantined", "duplicates", "held_back_episodes")}
+            return {
+                k: v
+                for k, v in r.as_dict().items()
+                if k in ("samples_out", "episodes_out", "quarantined", "duplicates", "held_back_episodes")
+            }
 
         return c, inputs, {"trajectories": str(out)}, work
 
@@ -305,10 +370,15 @@ class Cycle:
 
         # The spec's own [distill] table first, then the cycle config's (as the CLI layers them).
         table = {**load_toml(self.config.reward_spec).get("distill", {}), **self.config.distill}  # default: {}
-        c = resolve(DistillConfig, data=table, data_origin=f"{self.config.reward_spec} [distill] + cycle config [distill]")
+        c = resolve(
+            DistillConfig, data=table, data_origin=f"{self.config.reward_spec} [distill] + cycle config [distill]"
+        )
         traj = self._path("collect", "trajectories.arrow")
         out = self._path("distill", "examples.arrow")
-        inputs = {"trajectories": content_hash([traj]) if traj.exists() else "pending", "spec": content_hash([self.config.reward_spec])}
+        inputs = {
+            "trajectories": content_hash([traj]) if traj.exists() else "pending",
+            "spec": content_hash([self.config.reward_spec]),
+        }
 
         def work() -> dict:
             r = run(c, str(traj), str(out), load_spec(self.config.reward_spec), quiet=self.quiet)
@@ -343,8 +413,12 @@ class Cycle:
         def work() -> dict:
             r = run(c, str(ckpt), str(self.base_path), self.config.tasks, out)
             failed = [g["name"] for g in r.verdict.get("gates", []) if not g["passed"]]
-            return {"decision": r.decision, "failed_gates": failed, "verdict": r.verdict_path,
-                    "status": "refused" if r.decision == "refuse" else "ran"}  # fmt: skip
+            return {
+                "decision": r.decision,
+                "failed_gates": failed,
+                "verdict": r.verdict_path,
+                "status": "refused" if r.decision == "refuse" else "ran",
+            }
 
         return c, inputs, {"results": str(out), "verdict": str(out.parent / "verdict.json")}, work
 

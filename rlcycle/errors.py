@@ -36,4 +36,3 @@ class InputError(RlcycleError):
 
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message, hint, EXIT_USAGE)
-

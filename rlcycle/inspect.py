@@ -45,9 +45,7 @@ class Inspection:
 def format_summary(result: Inspection) -> str:
     """What `rlcycle inspect` prints: file, contract, rows, schema, problems, the first rows."""
     size = f", {result.size_bytes:,} bytes" if result.size_bytes is not None else ""
-    contract = (
-        f"{result.contract} v{result.contract_version}" if result.contract else "none (no rlcycle metadata)"
-    )
+    contract = f"{result.contract} v{result.contract_version}" if result.contract else "none (no rlcycle metadata)"
     lines = [
         f"file: {result.path} ({result.format}{size})",
         f"contract: {contract}",

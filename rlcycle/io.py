@@ -121,7 +121,9 @@ def iter_batches(path: str | Path, batch_rows: int = 65536) -> Iterator[pa.Recor
             try:
                 reader = ipc.open_file(src)
             except pa.ArrowInvalid as e:
-                raise InputError(f"{path}: unreadable Arrow file ({e})", hint="is it truncated? `rlcycle inspect` it") from None
+                raise InputError(
+                    f"{path}: unreadable Arrow file ({e})", hint="is it truncated? `rlcycle inspect` it"
+                ) from None
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i)
     elif fmt is Format.ARROW_STREAM:

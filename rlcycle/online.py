@@ -66,24 +66,100 @@ class Metric:
 
 INF = math.inf
 METRICS = {
-    "tests_pass_rate": Metric("Hidden tests passed", "episodes passing / episodes tested", "rate", "episodes tested", +1, "tests_ok", "tested", True),
-    "edit_persistence": Metric("Edit persistence", "lines surviving / lines proposed", "rate", "lines proposed", +1, "surviving", "proposed"),
-    "dissatisfied_rate": Metric("Dissatisfied follow-ups", "dissatisfied / episodes with a follow-up", "rate", "follow-ups", -1, "dissatisfied", "answered", True),
-    "invalid_per_sample": Metric("Invalid tool calls per model call", "invalid calls / model calls", "count", "model calls", -1, "invalid", "samples"),
-    "clarification_rate": Metric("Clarifying questions", "episodes that asked / episodes", "rate", "episodes", 0, "asked", "one", True),
-    "edit_rate": Metric("Episodes with an edit", "episodes with an ok edit / episodes", "rate", "episodes", 0, "edited", "one", True),
-    "tokens_per_call": Metric("Completion tokens per model call", "tokens / model calls", "tokens", "model calls", 0, "tokens", "samples"),
-    "latency_ms": Metric("Latency per model call (ms)", "mean latency per model call", "ms", "calls timed", -1, "latency", "timed"),
-    "feedback": Metric("Explicit feedback", "mean feedback value where given", "value", "calls with feedback", +1, "feedback_sum", "feedback_n"),
-}  # fmt: skip
+    "tests_pass_rate": Metric(
+        "Hidden tests passed",
+        "episodes passing / episodes tested",
+        "rate",
+        "episodes tested",
+        +1,
+        "tests_ok",
+        "tested",
+        True,
+    ),
+    "edit_persistence": Metric(
+        "Edit persistence", "lines surviving / lines proposed", "rate", "lines proposed", +1, "surviving", "proposed"
+    ),
+    "dissatisfied_rate": Metric(
+        "Dissatisfied follow-ups",
+        "dissatisfied / episodes with a follow-up",
+        "rate",
+        "follow-ups",
+        -1,
+        "dissatisfied",
+        "answered",
+        True,
+    ),
+    "invalid_per_sample": Metric(
+        "Invalid tool calls per model call",
+        "invalid calls / model calls",
+        "count",
+        "model calls",
+        -1,
+        "invalid",
+        "samples",
+    ),
+    "clarification_rate": Metric(
+        "Clarifying questions", "episodes that asked / episodes", "rate", "episodes", 0, "asked", "one", True
+    ),
+    "edit_rate": Metric(
+        "Episodes with an edit", "episodes with an ok edit / episodes", "rate", "episodes", 0, "edited", "one", True
+    ),
+    "tokens_per_call": Metric(
+        "Completion tokens per model call", "tokens / model calls", "tokens", "model calls", 0, "tokens", "samples"
+    ),
+    "latency_ms": Metric(
+        "Latency per model call (ms)", "mean latency per model call", "ms", "calls timed", -1, "latency", "timed"
+    ),
+    "feedback": Metric(
+        "Explicit feedback",
+        "mean feedback value where given",
+        "value",
+        "calls with feedback",
+        +1,
+        "feedback_sum",
+        "feedback_n",
+    ),
+}
 BOUNDS = {"rate": (0.0, 1.0), "count": (0.0, INF), "tokens": (0.0, INF), "ms": (0.0, INF), "value": (-INF, INF)}
 # One row per (version, episode); `score` is the follow-up's classifier score (null: none).
-EPISODE_FACTS = ("version", "session", "episode", "order", "start", "samples", "timed", "latency",
-                 "invalid", "tokens", "proposed", "surviving", "asked", "edited", "followup", "score",
-                 "feedback_sum", "feedback_n", "tests_passed")  # fmt: skip
-COLUMNS = ("sample_id", "episode_id", "session_id", "policy_version", "ts", "turn", "tool_calls",
-           "n_invalid_tool_calls", "edit_lines_proposed", "edit_lines_surviving", "followup_text",
-           "feedback", "latency_ms", "completion_ids", TESTS_COLUMN)  # fmt: skip
+EPISODE_FACTS = (
+    "version",
+    "session",
+    "episode",
+    "order",
+    "start",
+    "samples",
+    "timed",
+    "latency",
+    "invalid",
+    "tokens",
+    "proposed",
+    "surviving",
+    "asked",
+    "edited",
+    "followup",
+    "score",
+    "feedback_sum",
+    "feedback_n",
+    "tests_passed",
+)
+COLUMNS = (
+    "sample_id",
+    "episode_id",
+    "session_id",
+    "policy_version",
+    "ts",
+    "turn",
+    "tool_calls",
+    "n_invalid_tool_calls",
+    "edit_lines_proposed",
+    "edit_lines_surviving",
+    "followup_text",
+    "feedback",
+    "latency_ms",
+    "completion_ids",
+    TESTS_COLUMN,
+)
 REQUIRED = ["policy_version"]  # the rest of COLUMNS may be absent (typed nulls)
 OPTIONAL = tuple(c for c in COLUMNS if c not in REQUIRED)
 
@@ -100,9 +176,14 @@ class OnlineMetrics:
     notes: list[str] = field(default_factory=list)
 
 
-def online_metrics(traj: pa.Table | pl.DataFrame, classify: Classifier | None = None,
-                   clarify_tools: Sequence[str] = CLARIFY_TOOLS, edit_tools: Sequence[str] = EDIT_TOOLS,
-                   level: float = stats.LEVEL, n_complaints: int = 5) -> OnlineMetrics:  # fmt: skip
+def online_metrics(
+    traj: pa.Table | pl.DataFrame,
+    classify: Classifier | None = None,
+    clarify_tools: Sequence[str] = CLARIFY_TOOLS,
+    edit_tools: Sequence[str] = EDIT_TOOLS,
+    level: float = stats.LEVEL,
+    n_complaints: int = 5,
+) -> OnlineMetrics:
     """The metrics of METRICS per policy version of `traj` (see the module docstring)."""
     facts = episode_facts(traj, classify, clarify_tools, edit_tools)
     absent = [] if classify is not None else ["dissatisfied_rate"]
@@ -122,22 +203,40 @@ def paired_differences(a: pl.DataFrame, b: pl.DataFrame, level: float = stats.LE
     the number of matched sessions."""
     sa, sb = (_sessions(f).drop("version") for f in (a, b))
     j = sa.join(sb, on="session", how="inner", suffix="_b")
-    out = {name: stats.paired_difference(j.get_column(m.y).to_numpy(), j.get_column(m.x).to_numpy(),
-                                         j.get_column(m.y + "_b").to_numpy(), j.get_column(m.x + "_b").to_numpy(),
-                                         level, kind="paired")
-           for name, m in METRICS.items()}  # fmt: skip
+    out = {
+        name: stats.paired_difference(
+            j.get_column(m.y).to_numpy(),
+            j.get_column(m.x).to_numpy(),
+            j.get_column(m.y + "_b").to_numpy(),
+            j.get_column(m.x + "_b").to_numpy(),
+            level,
+            kind="paired",
+        )
+        for name, m in METRICS.items()
+    }
     return out, j.height
 
 
 # --- step 1: episode facts ------------------------------------------------------------------
 
 
-_TYPES = {"sample_id": pl.String, "episode_id": pl.String, "session_id": pl.String, "policy_version": pl.String,
-          "ts": pl.Datetime("ms", "UTC"), "turn": pl.Int32,
-          "tool_calls": pl.List(pl.Struct({"name": pl.String, "status": pl.String})),
-          "n_invalid_tool_calls": pl.Int64, "edit_lines_proposed": pl.Int64, "edit_lines_surviving": pl.Int64,
-          "followup_text": pl.String, "feedback": pl.Float64, "latency_ms": pl.Float64,
-          "completion_ids": pl.List(pl.Int32), TESTS_COLUMN: pl.Boolean}  # fmt: skip
+_TYPES = {
+    "sample_id": pl.String,
+    "episode_id": pl.String,
+    "session_id": pl.String,
+    "policy_version": pl.String,
+    "ts": pl.Datetime("ms", "UTC"),
+    "turn": pl.Int32,
+    "tool_calls": pl.List(pl.Struct({"name": pl.String, "status": pl.String})),
+    "n_invalid_tool_calls": pl.Int64,
+    "edit_lines_proposed": pl.Int64,
+    "edit_lines_surviving": pl.Int64,
+    "followup_text": pl.String,
+    "feedback": pl.Float64,
+    "latency_ms": pl.Float64,
+    "completion_ids": pl.List(pl.Int32),
+    TESTS_COLUMN: pl.Boolean,
+}
 
 
 def _frame(traj: pa.Table | pl.DataFrame) -> pl.DataFrame:
@@ -149,46 +248,65 @@ def _frame(traj: pa.Table | pl.DataFrame) -> pl.DataFrame:
     return f.with_columns(pl.lit(None, _TYPES[c]).alias(c) for c in COLUMNS if c not in names)
 
 
-def episode_facts(traj: pa.Table | pl.DataFrame, classify: Classifier | None = None,
-                  clarify_tools: Sequence[str] = CLARIFY_TOOLS,
-                  edit_tools: Sequence[str] = EDIT_TOOLS) -> pl.DataFrame:  # fmt: skip
+def episode_facts(
+    traj: pa.Table | pl.DataFrame,
+    classify: Classifier | None = None,
+    clarify_tools: Sequence[str] = CLARIFY_TOOLS,
+    edit_tools: Sequence[str] = EDIT_TOOLS,
+) -> pl.DataFrame:
     """One row per (version, episode) with the columns of EPISODE_FACTS, in first-seen order."""
     f = _frame(traj)
     call = pl.element().struct
     ok = call.field("status").eq("ok")
     # A clarifying question counts when it went out (status ok, or its result never logged).
-    asked = C("tool_calls").list.eval(call.field("name").is_in(list(clarify_tools)) & (ok | call.field("status").is_null()))
+    asked = C("tool_calls").list.eval(
+        call.field("name").is_in(list(clarify_tools)) & (ok | call.field("status").is_null())
+    )
     edited = C("tool_calls").list.eval(call.field("name").is_in(list(edit_tools)) & ok)
-    recount = C("tool_calls").list.eval(call.field("status").eq("invalid")).list.sum()  # where collect's count is missing
+    recount = (
+        C("tool_calls").list.eval(call.field("status").eq("invalid")).list.sum()
+    )  # where collect's count is missing
     proposed, surviving = C("edit_lines_proposed"), C("edit_lines_surviving")
     row = pl.int_range(pl.len())
     episode = pl.coalesce(C("episode_id"), C("sample_id"), pl.format("#{}", row))  # a lone sample is an episode
-    g = f.with_columns(
-        version=C("policy_version").fill_null(NO_VERSION), episode=episode, order=row,
-        session_=pl.coalesce(C("session_id"), episode),
-        asked_=asked.list.any().fill_null(False), edited_=edited.list.any().fill_null(False),
-        invalid_=C("n_invalid_tool_calls").cast(pl.Int64).fill_null(recount).fill_null(0),
-        tests_=C(TESTS_COLUMN).cast(pl.Boolean),
-    ).group_by("version", "episode", maintain_order=True).agg(
-        session=C("session_").first(),
-        order=C("order").min(),
-        start=C("ts").min(),
-        samples=pl.len().cast(pl.Float64),
-        timed=C("latency_ms").count().cast(pl.Float64),
-        latency=C("latency_ms").fill_null(0).sum().cast(pl.Float64),
-        invalid=C("invalid_").sum().cast(pl.Float64),
-        tokens=C("completion_ids").list.len().fill_null(0).sum().cast(pl.Float64),
-        # an edit counts once its outcome arrived (both numbers present)
-        proposed=proposed.filter(surviving.is_not_null()).sum().cast(pl.Float64),
-        surviving=surviving.filter(proposed.is_not_null()).sum().cast(pl.Float64),
-        asked=C("asked_").any(), edited=C("edited_").any(),
-        followup=C("followup_text").drop_nulls().first(),
-        feedback_sum=C("feedback").fill_null(0).sum().cast(pl.Float64),
-        feedback_n=C("feedback").count().cast(pl.Float64),
-        tests_passed=C("tests_").sort_by(C("turn").fill_null(0)).drop_nulls().last(),  # the last verdict
-    )  # fmt: skip
+    g = (
+        f.with_columns(
+            version=C("policy_version").fill_null(NO_VERSION),
+            episode=episode,
+            order=row,
+            session_=pl.coalesce(C("session_id"), episode),
+            asked_=asked.list.any().fill_null(False),
+            edited_=edited.list.any().fill_null(False),
+            invalid_=C("n_invalid_tool_calls").cast(pl.Int64).fill_null(recount).fill_null(0),
+            tests_=C(TESTS_COLUMN).cast(pl.Boolean),
+        )
+        .group_by("version", "episode", maintain_order=True)
+        .agg(
+            session=C("session_").first(),
+            order=C("order").min(),
+            start=C("ts").min(),
+            samples=pl.len().cast(pl.Float64),
+            timed=C("latency_ms").count().cast(pl.Float64),
+            latency=C("latency_ms").fill_null(0).sum().cast(pl.Float64),
+            invalid=C("invalid_").sum().cast(pl.Float64),
+            tokens=C("completion_ids").list.len().fill_null(0).sum().cast(pl.Float64),
+            # an edit counts once its outcome arrived (both numbers present)
+            proposed=proposed.filter(surviving.is_not_null()).sum().cast(pl.Float64),
+            surviving=surviving.filter(proposed.is_not_null()).sum().cast(pl.Float64),
+            asked=C("asked_").any(),
+            edited=C("edited_").any(),
+            followup=C("followup_text").drop_nulls().first(),
+            feedback_sum=C("feedback").fill_null(0).sum().cast(pl.Float64),
+            feedback_n=C("feedback").count().cast(pl.Float64),
+            tests_passed=C("tests_").sort_by(C("turn").fill_null(0)).drop_nulls().last(),  # the last verdict
+        )
+    )
     names = traj.column_names if isinstance(traj, pa.Table) else traj.columns
-    score = classify(g.get_column("followup")) if classify is not None else pl.repeat(None, g.height, dtype=pl.Float64, eager=True)
+    score = (
+        classify(g.get_column("followup"))
+        if classify is not None
+        else pl.repeat(None, g.height, dtype=pl.Float64, eager=True)
+    )
     facts = g.with_columns(score=pl.Series("score", score, dtype=pl.Float64))
     if "completion_ids" not in names:
         facts = facts.with_columns(tokens=pl.lit(None, pl.Float64))
@@ -213,17 +331,20 @@ def _sessions(facts: pl.DataFrame) -> pl.DataFrame:
     flags = facts.with_columns(
         answered=answered.cast(pl.Float64),
         dissatisfied=(answered & (C("score") < 0).fill_null(False)).cast(pl.Float64),
-        asked=C("asked").cast(pl.Float64), edited=C("edited").cast(pl.Float64), one=pl.lit(1.0),
+        asked=C("asked").cast(pl.Float64),
+        edited=C("edited").cast(pl.Float64),
+        one=pl.lit(1.0),
         tested=C("tests_passed").is_not_null().cast(pl.Float64),
         tests_ok=C("tests_passed").fill_null(False).cast(pl.Float64),
         outcome=(C("proposed") > 0).cast(pl.Float64),
-    )  # fmt: skip
+    )
     sums = {m.y for m in METRICS.values()} | {m.x for m in METRICS.values()} | {"outcome"}
     return flags.group_by("version", "session").agg(*(C(c).fill_null(0).sum() for c in sorted(sums)))
 
 
-def summarize(facts: pl.DataFrame, level: float = stats.LEVEL, n_complaints: int = 5,
-              absent: Sequence[str] = ()) -> OnlineMetrics:  # fmt: skip
+def summarize(
+    facts: pl.DataFrame, level: float = stats.LEVEL, n_complaints: int = 5, absent: Sequence[str] = ()
+) -> OnlineMetrics:
     """OnlineMetrics from an EPISODE_FACTS frame (see the module docstring)."""
     absent = list(absent)
     if facts.get_column("tokens").null_count() == facts.height and facts.height:
@@ -234,15 +355,24 @@ def summarize(facts: pl.DataFrame, level: float = stats.LEVEL, n_complaints: int
     if "tests_pass_rate" in absent:
         out.notes.append(f"no {TESTS_COLUMN!r} column: the hidden-test pass rate is not measured")
     by_session = _sessions(facts).partition_by("version", as_dict=True)
-    said = facts.filter(C("followup").is_not_null() & ~C("asked") & (C("score") < 0)).partition_by("version", as_dict=True)
+    said = facts.filter(C("followup").is_not_null() & ~C("asked") & (C("score") < 0)).partition_by(
+        "version", as_dict=True
+    )
     episodes = dict(facts.group_by("version").len().iter_rows())
     for v in out.versions:
         s = by_session[(v,)]
         out.metrics[v] = {name: _estimate(m, s, level) for name, m in METRICS.items() if name not in out.absent}
-        out.counts[v] = {"sessions": s.height, "episodes": episodes[v], "samples": int(s.get_column("samples").sum()),
-                         "followups": int(s.get_column("answered").sum()), "asked": int(s.get_column("asked").sum()),
-                         "edits_with_outcome": int(s.get_column("outcome").sum())}  # fmt: skip
-        newest = said.get((v,), facts.clear()).sort("start", "order", descending=True, nulls_last=True).head(n_complaints)
+        out.counts[v] = {
+            "sessions": s.height,
+            "episodes": episodes[v],
+            "samples": int(s.get_column("samples").sum()),
+            "followups": int(s.get_column("answered").sum()),
+            "asked": int(s.get_column("asked").sum()),
+            "edits_with_outcome": int(s.get_column("outcome").sum()),
+        }
+        newest = (
+            said.get((v,), facts.clear()).sort("start", "order", descending=True, nulls_last=True).head(n_complaints)
+        )
         out.complaints[v] = list(newest.select("episode", "followup").iter_rows())
     return out
 

@@ -35,8 +35,10 @@ def data_path(*parts: str) -> Path:
     # and nothing in rlcycle needs that, so say what is wrong instead of extracting.
     path = Path(str(root))
     if not path.exists():
-        raise RlcycleError(f"packaged data {'/'.join((PACKAGE, DATA_DIR, *parts))} is missing at {path}",
-                           hint="reinstall rlcycle (pip install --force-reinstall rlcycle) from a wheel or a checkout")  # fmt: skip
+        raise RlcycleError(
+            f"packaged data {'/'.join((PACKAGE, DATA_DIR, *parts))} is missing at {path}",
+            hint="reinstall rlcycle (pip install --force-reinstall rlcycle) from a wheel or a checkout",
+        )
     return path
 
 

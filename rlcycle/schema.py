@@ -30,9 +30,7 @@ TOOL_CALL = pa.struct(
     ]
 )
 # Tool calls as production logs them (no status yet).
-LOGGED_TOOL_CALL = pa.struct(
-    [("call_id", pa.string()), ("name", pa.string()), ("arguments", pa.string())]
-)
+LOGGED_TOOL_CALL = pa.struct([("call_id", pa.string()), ("name", pa.string()), ("arguments", pa.string())])
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 
 EVENT_TYPES = ("completion", "tool_result", "edit_outcome", "user_message", "feedback")
@@ -53,9 +51,7 @@ class Contract:
     @property
     def arrow(self) -> pa.Schema:
         """The schema with rlcycle's name/version metadata attached."""
-        return self.schema.with_metadata(
-            {NAME_KEY: self.name.encode(), VERSION_KEY: str(self.version).encode()}
-        )
+        return self.schema.with_metadata({NAME_KEY: self.name.encode(), VERSION_KEY: str(self.version).encode()})
 
 
 def _fields(*pairs: tuple[str, pa.DataType]) -> pa.Schema:
@@ -200,9 +196,7 @@ DEPLOYMENTS = Contract(
     doc="Registry history: one row per promotion or rollback.",
 )
 
-CONTRACTS: dict[str, Contract] = {
-    c.name: c for c in (EVENTS, TRAJECTORIES, EXAMPLES, EVAL_RESULTS, DEPLOYMENTS)
-}
+CONTRACTS: dict[str, Contract] = {c.name: c for c in (EVENTS, TRAJECTORIES, EXAMPLES, EVAL_RESULTS, DEPLOYMENTS)}
 
 
 def contract_of(schema: pa.Schema) -> Contract | None:
@@ -236,14 +230,11 @@ def validate(obj: pa.Schema | pa.Table, contract: Contract, source: str = "<inpu
     problems = []
     declared = contract_of(schema)
     if declared is not None and declared.name != contract.name:
-        problems.append(
-            f"{source}: is a {declared.name!r} file, expected {contract.name!r}"
-        )
+        problems.append(f"{source}: is a {declared.name!r} file, expected {contract.name!r}")
     version = (schema.metadata or {}).get(VERSION_KEY)
     if declared is not None and version and int(version) > contract.version:
         problems.append(
-            f"{source}: schema version {int(version)} is newer than this rlcycle reads "
-            f"({contract.version})"
+            f"{source}: schema version {int(version)} is newer than this rlcycle reads ({contract.version})"
         )
     names = set(schema.names)
     for f in contract.schema:

@@ -59,20 +59,26 @@ class SimulateConfig(RunnerConfig, UserConfig, RolloutConfig):
     """Options of `rlcycle simulate`: the runner's, the simulated user's, where episodes run
     (`executor`: local or ray, docs/scale.md), plus these."""
 
-    episodes: int | None = cfg(None, help="Sessions to run, cycling over the tasks (default: "
-                                          "one per task).")
+    episodes: int | None = cfg(None, help="Sessions to run, cycling over the tasks (default: one per task).")
     seed: int = cfg(0, help="Seed of sampling and of the simulated user.")
-    sandboxes: int = cfg(4, help="Sandboxes in the pool (sessions run concurrently over them); "
-                                 "with executor=ray: in each worker's pool.")
-    tokenizer: str | None = cfg(None, help="Tokenizer directory for rendering prompts: needed for "
-                                           "an http policy; scripted policies default to "
-                                           "sample_data/tokenizer; a checkpoint uses its own.")
-    prefix_cache_tokens: int = cfg(0, help="Prefix KV cache budget (tokens) of a checkpoint run "
-                                           "in-process: a turn reuses the keys/values of the "
-                                           "previous prompt, e.g. 16384 (rlcycle/policy/prefix.py). "
-                                           "0 = off, the default: reused keys/values change "
-                                           "logprobs at the 1e-6 level, so events are no longer "
-                                           "bit-identical to a cold run.")
+    sandboxes: int = cfg(
+        4, help="Sandboxes in the pool (sessions run concurrently over them); with executor=ray: in each worker's pool."
+    )
+    tokenizer: str | None = cfg(
+        None,
+        help="Tokenizer directory for rendering prompts: needed for "
+        "an http policy; scripted policies default to "
+        "sample_data/tokenizer; a checkpoint uses its own.",
+    )
+    prefix_cache_tokens: int = cfg(
+        0,
+        help="Prefix KV cache budget (tokens) of a checkpoint run "
+        "in-process: a turn reuses the keys/values of the "
+        "previous prompt, e.g. 16384 (rlcycle/policy/prefix.py). "
+        "0 = off, the default: reused keys/values change "
+        "logprobs at the 1e-6 level, so events are no longer "
+        "bit-identical to a cold run.",
+    )
 
     def validate(self) -> list[str]:
         problems = RunnerConfig.validate(self) + UserConfig.validate(self) + RolloutConfig.validate(self)
@@ -124,16 +130,17 @@ class SimulateResult:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
 
 
-def run(config: SimulateConfig, policy: Any, tasks: Any, out: str | Path,
-        quiet: bool = False) -> SimulateResult:  # fmt: skip
+def run(config: SimulateConfig, policy: Any, tasks: Any, out: str | Path, quiet: bool = False) -> SimulateResult:
     """Simulate `config.episodes` sessions of `policy` on `tasks`, writing events to `out`.
 
     `policy`: a Policy object or a reference string (see the module docstring); `tasks`: a
     suite directory or a list of Tasks; `out`: a .jsonl path or `-` (stdout)."""
     problems = config.validate()
     if problems:
-        raise InputError(f"{len(problems)} problem(s) in the SimulateConfig:\n  " + "\n  ".join(problems),
-                         hint="fix the values above (defaults < --config < --set < flags)")
+        raise InputError(
+            f"{len(problems)} problem(s) in the SimulateConfig:\n  " + "\n  ".join(problems),
+            hint="fix the values above (defaults < --config < --set < flags)",
+        )
     started = time.monotonic()
     task_list = _load_tasks(tasks)
     spec, name = _policy_spec(policy, config)
@@ -149,24 +156,45 @@ def run(config: SimulateConfig, policy: Any, tasks: Any, out: str | Path,
                 progress.update(episodes=f"{writer.done}/{n}", passed=writer.passed, events=writer.events)
 
             results = ex.run(
-                spec, name, task_list, runner, seed=config.seed, simulate_user=True,
-                n_episodes=n, user_config=config.user(), on_result=done,
-            )  # fmt: skip
+                spec,
+                name,
+                task_list,
+                runner,
+                seed=config.seed,
+                simulate_user=True,
+                n_episodes=n,
+                user_config=config.user(),
+                on_result=done,
+            )
     finally:
         if spec.policy is not None and spec.policy is not policy:  # we loaded it: free it
             spec.policy.close()
     stats = summarize(results)
     return SimulateResult(
-        output=str(out), policy=name,
+        output=str(out),
+        policy=name,
         run_id=runner.run_id or run_id_for(name, config.seed, runner, task_list, True, config.user()),
-        events=writer.events, seconds=time.monotonic() - started,
+        events=writer.events,
+        seconds=time.monotonic() - started,
         **{k: stats[k] for k in _STAT_KEYS},
-    )  # fmt: skip
+    )
 
 
-_STAT_KEYS = ("episodes", "passed", "failed", "errors", "pass_rate", "invalid_call_rate",
-              "clarification_rate", "edit_rate", "samples", "tool_calls", "tokens",
-              "mean_latency_ms", "end_reasons")  # fmt: skip
+_STAT_KEYS = (
+    "episodes",
+    "passed",
+    "failed",
+    "errors",
+    "pass_rate",
+    "invalid_call_rate",
+    "clarification_rate",
+    "edit_rate",
+    "samples",
+    "tool_calls",
+    "tokens",
+    "mean_latency_ms",
+    "end_reasons",
+)
 
 
 class _OrderedWriter:
@@ -226,11 +254,15 @@ def _policy_spec(policy: Any, config: SimulateConfig) -> tuple[PolicySpec, str]:
         from rlcycle.rollout.executor import pin_policy
 
         if not isinstance(policy, (str, Path)):
-            raise InputError("executor=ray takes a policy reference, not a loaded Policy object",
-                             hint="pass a checkpoint dir, registry alias, http URL or scripted:* name")
+            raise InputError(
+                "executor=ray takes a policy reference, not a loaded Policy object",
+                hint="pass a checkpoint dir, registry alias, http URL or scripted:* name",
+            )
         if str(policy).startswith(("http://", "https://")) and config.tokenizer is None:
-            raise InputError(f"policy {str(policy)!r} comes without a tokenizer",
-                             hint="pass --tokenizer DIR: the tokenizer of the served model")
+            raise InputError(
+                f"policy {str(policy)!r} comes without a tokenizer",
+                hint="pass --tokenizer DIR: the tokenizer of the served model",
+            )
         ref, name, _ = pin_policy(str(policy))
         return PolicySpec(ref, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens), name
     policy_obj, name = _load_policy(policy, config.tokenizer, config.prefix_cache_tokens)
@@ -252,8 +284,10 @@ def _renderer(policy: Any, tokenizer: str | None) -> Any:
     if tokenizer is not None:
         return ChatRenderer.from_pretrained(tokenizer)
     if getattr(policy, "tokenizer", None) is None:
-        raise InputError(f"policy {getattr(policy, 'name', policy)!r} comes without a tokenizer",
-                         hint="pass --tokenizer DIR: the tokenizer of the served model")
+        raise InputError(
+            f"policy {getattr(policy, 'name', policy)!r} comes without a tokenizer",
+            hint="pass --tokenizer DIR: the tokenizer of the served model",
+        )
     return ChatRenderer(policy.tokenizer)
 
 
@@ -265,17 +299,19 @@ def format_summary(r: SimulateResult) -> str:
     """The human-readable lines `rlcycle simulate` prints on stderr after a run."""
     ends = ", ".join(f"{k} {v}" for k, v in r.end_reasons.items())
     latency = "n/a" if math.isnan(r.mean_latency_ms) else f"{r.mean_latency_ms:,.1f} ms"
-    return "\n".join([
-        f"simulate: {r.episodes:,} episodes of {r.policy} in {r.seconds:.1f}s "
-        f"({r.episodes_per_min:,.1f}/min) -> {r.output}",
-        f"  pass rate          {_pct(r.pass_rate)}  ({r.passed} pass, {r.failed} fail, {r.errors} error)",
-        f"  invalid call rate  {_pct(r.invalid_call_rate)}  of {r.tool_calls:,} tool calls",
-        f"  clarification rate {_pct(r.clarification_rate)}",
-        f"  edit rate          {_pct(r.edit_rate)}",
-        f"  mean latency       {latency} per model call ({r.samples:,} calls, {r.tokens:,} tokens)",
-        f"  ended by           {ends}",
-        f"  events             {r.events:,} (run id {r.run_id})",
-    ])
+    return "\n".join(
+        [
+            f"simulate: {r.episodes:,} episodes of {r.policy} in {r.seconds:.1f}s "
+            f"({r.episodes_per_min:,.1f}/min) -> {r.output}",
+            f"  pass rate          {_pct(r.pass_rate)}  ({r.passed} pass, {r.failed} fail, {r.errors} error)",
+            f"  invalid call rate  {_pct(r.invalid_call_rate)}  of {r.tool_calls:,} tool calls",
+            f"  clarification rate {_pct(r.clarification_rate)}",
+            f"  edit rate          {_pct(r.edit_rate)}",
+            f"  mean latency       {latency} per model call ({r.samples:,} calls, {r.tokens:,} tokens)",
+            f"  ended by           {ends}",
+            f"  events             {r.events:,} (run id {r.run_id})",
+        ]
+    )
 
 
 def _pct(x: float | None) -> str:

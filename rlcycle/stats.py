@@ -182,8 +182,9 @@ def _cluster_se(y: np.ndarray, x: np.ndarray, r: float) -> float:
     return math.sqrt(k / (k - 1) * float(np.sum((y - r * x) ** 2))) / float(x.sum())
 
 
-def ratio_estimate(y: Sequence[float], x: Sequence[float], level: float = LEVEL,
-                   bounds: tuple[float, float] = (-math.inf, math.inf)) -> Estimate:  # fmt: skip
+def ratio_estimate(
+    y: Sequence[float], x: Sequence[float], level: float = LEVEL, bounds: tuple[float, float] = (-math.inf, math.inf)
+) -> Estimate:
     """Σy / Σx over the clusters with x > 0, with the delta-method CI clipped to `bounds`."""
     ya, xa = _clusters(y, x)
     total_y, total_x, k = float(ya.sum()), float(xa.sum()), int(ya.size)
@@ -265,8 +266,14 @@ def _no_difference(a: Estimate, b: Estimate) -> Estimate:
     return Estimate(d, None, None, 0, 0, a.units + b.units, kind=a.kind, level=a.level)
 
 
-def paired_difference(ya: Sequence[float], xa: Sequence[float], yb: Sequence[float], xb: Sequence[float],
-                      level: float = LEVEL, kind: str = "paired") -> Estimate:  # fmt: skip
+def paired_difference(
+    ya: Sequence[float],
+    xa: Sequence[float],
+    yb: Sequence[float],
+    xb: Sequence[float],
+    level: float = LEVEL,
+    kind: str = "paired",
+) -> Estimate:
     """b − a of two ratios measured on the same clusters (index i is one session in both), with
     the paired delta-method interval (module docstring). Clusters where neither side has a
     denominator carry nothing; `units` counts the rest. Fewer than two: no interval."""

@@ -46,7 +46,16 @@ def ensure_log(n_events: int, root: Path) -> Path:
         return out
     print(f"generating {n_events:,} events into {out} ...", file=sys.stderr)
     subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "gen_events.py"), "--events", str(n_events), "--seed", "1", "--out", str(out)],
+        [
+            sys.executable,
+            str(REPO / "scripts" / "gen_events.py"),
+            "--events",
+            str(n_events),
+            "--seed",
+            "1",
+            "--out",
+            str(out),
+        ],
         check=True,
     )
     (out / ".complete").write_text("ok\n")
@@ -76,7 +85,9 @@ def bench_size(n_events: int, root: Path, runs: int) -> dict:
         out = Path(tmp) / "trajectories.arrow"
         for _ in range(runs):
             base.append(timed([sys.executable, "-c", BASELINE, *files]))
-            coll.append(timed([sys.executable, "-m", "rlcycle", "collect", str(log), "-o", str(out), "--quiet", "--json"]))
+            coll.append(
+                timed([sys.executable, "-m", "rlcycle", "collect", str(log), "-o", str(out), "--quiet", "--json"])
+            )
         summary = json.loads(coll[-1][2])
     parsed = int(base[-1][2])
     b_wall = statistics.median(w for w, _, _ in base)
@@ -104,8 +115,10 @@ def main() -> None:
     args = ap.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     rows = [bench_size(int(s), args.data, args.runs) for s in args.sizes.split(",")]
-    print(f"{'events':>10} {'MB':>8} | {'parse s':>8} {'ev/s':>10} {'MB/s':>7} {'RSS MB':>7} | "
-          f"{'collect s':>9} {'ev/s':>10} {'MB/s':>7} {'RSS MB':>7} | {'ratio':>5}")
+    print(
+        f"{'events':>10} {'MB':>8} | {'parse s':>8} {'ev/s':>10} {'MB/s':>7} {'RSS MB':>7} | "
+        f"{'collect s':>9} {'ev/s':>10} {'MB/s':>7} {'RSS MB':>7} | {'ratio':>5}"
+    )
     for r in rows:
         print(
             f"{r['events']:>10,} {r['mb']:>8.0f} | {r['baseline_s']:>8.1f} {r['baseline_ev_s']:>10,.0f} "
@@ -113,8 +126,10 @@ def main() -> None:
             f"{r['collect_ev_s']:>10,.0f} {r['mb'] / r['collect_s']:>7.1f} {r['collect_rss_mb']:>7.0f} | "
             f"{r['ratio']:>5.2f}x"
         )
-    print(f"(medians of {args.runs} run(s); ratio = collect throughput / bare parse throughput; target >= 0.5x;"
-          " collect's peak RSS should not grow with the input)")
+    print(
+        f"(medians of {args.runs} run(s); ratio = collect throughput / bare parse throughput; target >= 0.5x;"
+        " collect's peak RSS should not grow with the input)"
+    )
     print(json.dumps(rows))
 
 

@@ -68,20 +68,34 @@ def bench(root: Path, runs: int) -> dict:
     helps = [timed(["--help"], env)[0] for _ in range(runs)]
     rerun = statistics.median(reruns)
     return {
-        "first": {"wall_s": first_wall, "startup_bootstrap_s": startup, "stages": stages,
-                  "decision": first["decision"], "deployed": first["deployed"]},
-        "rerun": {"median_s": rerun, "runs_s": reruns, "statuses": statuses,
-                  "target_s": TARGET_S, "ratio_to_target": rerun / TARGET_S},
+        "first": {
+            "wall_s": first_wall,
+            "startup_bootstrap_s": startup,
+            "stages": stages,
+            "decision": first["decision"],
+            "deployed": first["deployed"],
+        },
+        "rerun": {
+            "median_s": rerun,
+            "runs_s": reruns,
+            "statuses": statuses,
+            "target_s": TARGET_S,
+            "ratio_to_target": rerun / TARGET_S,
+        },
         "baseline_cli_help": {"median_s": statistics.median(helps), "runs_s": helps},
-        "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-    }  # fmt: skip
+        "cpus": os.cpu_count(),
+        "load_avg": os.getloadavg(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+    }
 
 
 def render(r: dict) -> str:
     f, rr, base = r["first"], r["rerun"], r["baseline_cli_help"]
-    lines = ["rlcycle cycle on the sample data (source=logs, defaults), fresh RLCYCLE_HOME and run dir",
-             f"  {'stage':<20} {'status':<10} {'seconds':>8}",
-             f"  {'startup + bootstrap':<20} {'':<10} {f['startup_bootstrap_s']:>8.1f}"]  # fmt: skip
+    lines = [
+        "rlcycle cycle on the sample data (source=logs, defaults), fresh RLCYCLE_HOME and run dir",
+        f"  {'stage':<20} {'status':<10} {'seconds':>8}",
+        f"  {'startup + bootstrap':<20} {'':<10} {f['startup_bootstrap_s']:>8.1f}",
+    ]
     for name, s in f["stages"].items():
         lines.append(f"  {name:<20} {s['status']:<10} {s['seconds']:>8.1f}")
     lines += [
@@ -95,14 +109,16 @@ def render(r: dict) -> str:
         f"(re-run = {rr['median_s'] / base['median_s']:.2f}x the bare CLI start)",
         f"  machine: {r['cpus']} CPUs, load average {r['load_avg'][0]:.1f} at the end, "
         f"OMP_NUM_THREADS={r['omp_num_threads'] or 'unset'}",
-    ]  # fmt: skip
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3, help="Cached re-runs (median), default 3.")
-    p.add_argument("--keep", type=Path, default=None, help="Use (and keep) this directory instead of a temp one; must not exist.")
+    p.add_argument(
+        "--keep", type=Path, default=None, help="Use (and keep) this directory instead of a temp one; must not exist."
+    )
     p.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = p.parse_args(argv)
     if args.keep is not None:

@@ -43,10 +43,17 @@ sys.path.insert(0, str(REPO))
 
 SYNTH_VERSION = 2  # bump when synth() changes, so a cached file is never stale
 FOLLOWUPS = np.array(
-    ["thanks, works", "no, revert that", "that's wrong, it still fails", "still broken on staging",
-     "Getting IndexError from load", "yes, inclusive. go ahead", "perfect, thank you"],
+    [
+        "thanks, works",
+        "no, revert that",
+        "that's wrong, it still fails",
+        "still broken on staging",
+        "Getting IndexError from load",
+        "yes, inclusive. go ahead",
+        "perfect, thank you",
+    ],
     dtype=object,
-)  # fmt: skip
+)
 TOOLS = np.array(["read_file", "apply_patch", "run_tests", "write_file", "search", "finish", "ask_user"], dtype=object)
 STATUSES = np.array(["ok", "ok", "ok", "ok", "error", "invalid", "timeout"], dtype=object)
 
@@ -122,9 +129,16 @@ def _layout(rng: np.random.Generator, n_rows: int) -> dict:
     ses_of_row = ses_of_ep[ep_of_row]
     version_of_ses = (rng.random(ses_of_ep[-1] + 1) < 0.5).astype(np.int8)
     ts = 1_796_033_700_000 + ep_of_row.astype(np.int64) * 997 + turn * 2000
-    return {"ep": ep_of_row, "ses": ses_of_row, "turn": turn, "final": final, "n_ep": n_ep,
-            "version": version_of_ses[ses_of_row], "ts": ts,
-            "n_turns": ep_turns[ep_of_row].astype(np.int32)}  # fmt: skip
+    return {
+        "ep": ep_of_row,
+        "ses": ses_of_row,
+        "turn": turn,
+        "final": final,
+        "n_ep": n_ep,
+        "version": version_of_ses[ses_of_row],
+        "ts": ts,
+        "n_turns": ep_turns[ep_of_row].astype(np.int32),
+    }
 
 
 def _token_lists(rng: np.random.Generator, lay: dict) -> tuple[pa.ListArray, pa.ListArray, pa.ListArray]:
@@ -170,14 +184,22 @@ def _tool_calls(rng: np.random.Generator, lay: dict):
     status = np.where(rng.random(k) < invalid_p, 5, rng.integers(0, 5, size=k))
     status[name_idx >= 5] = 0
     calls = pa.StructArray.from_arrays(
-        [_ids("c", np.arange(k)), pa.array(TOOLS[name_idx]), pa.array(np.full(k, '{"path": "a.py"}', dtype=object)),
-         pa.array(STATUSES[status])],
+        [
+            _ids("c", np.arange(k)),
+            pa.array(TOOLS[name_idx]),
+            pa.array(np.full(k, '{"path": "a.py"}', dtype=object)),
+            pa.array(STATUSES[status]),
+        ],
         names=["call_id", "name", "arguments", "status"],
-    )  # fmt: skip
+    )
     per_row = lambda mask: np.bincount(call_row, weights=mask, minlength=n_rows)  # noqa: E731
     edited = per_row(((name_idx == 1) | (name_idx == 3)) & (status == 0)) > 0
-    return (_ragged(rng, n_calls, lambda _: calls), per_row(status == 5).astype(np.int32),
-            per_row((status == 4) | (status == 6)).astype(np.int32), edited)  # fmt: skip
+    return (
+        _ragged(rng, n_calls, lambda _: calls),
+        per_row(status == 5).astype(np.int32),
+        per_row((status == 4) | (status == 6)).astype(np.int32),
+        edited,
+    )
 
 
 def ensure_data(n_rows: int, root: Path, seed: int) -> Path:
@@ -226,9 +248,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--data", type=Path, default=REPO / "bench_data", help="where the input is cached")
     ap.add_argument("--spec", type=Path, default=REPO / "sample_data" / "rewards.toml")
-    ap.add_argument("--out-dir", type=Path, default=None,
-                    help="where distill writes (default: /dev/shm when it exists, else --data): "
-                         "the stage's work, not the disk's write bandwidth, is what is compared")  # fmt: skip
+    ap.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="where distill writes (default: /dev/shm when it exists, else --data): "
+        "the stage's work, not the disk's write bandwidth, is what is compared",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = ap.parse_args()
 
@@ -238,8 +264,20 @@ def main() -> None:
     out = out_dir / f"rlcycle_bench_examples_{args.rows}.arrow"
     py = sys.executable
     scan_cmd = [py, "-c", SCAN, str(path)]
-    distill_cmd = [py, "-m", "rlcycle", "distill", str(path), "-o", str(out), "--spec", str(args.spec),
-                   "--report", str(out_dir / "rlcycle_bench_reward_report.json"), "--quiet"]  # fmt: skip
+    distill_cmd = [
+        py,
+        "-m",
+        "rlcycle",
+        "distill",
+        str(path),
+        "-o",
+        str(out),
+        "--spec",
+        str(args.spec),
+        "--report",
+        str(out_dir / "rlcycle_bench_reward_report.json"),
+        "--quiet",
+    ]
     timed(scan_cmd)  # warm the page cache so neither side pays for the first read from disk
     results: dict[str, list[tuple[float, float]]] = {"scan": [], "distill": []}
     for _ in range(args.runs):  # interleaved, so drift (thermal, page cache) hits both alike
@@ -248,12 +286,21 @@ def main() -> None:
         results["scan"].append((wall, rss))
         wall, rss, _ = timed(distill_cmd)
         results["distill"].append((wall, rss))
-    summary = {"rows": args.rows, "runs": args.runs, "file_gb": round(path.stat().st_size / 1e9, 3),
-               "output": str(out), "output_gb": round(out.stat().st_size / 1e9, 3)}  # fmt: skip
+    summary = {
+        "rows": args.rows,
+        "runs": args.runs,
+        "file_gb": round(path.stat().st_size / 1e9, 3),
+        "output": str(out),
+        "output_gb": round(out.stat().st_size / 1e9, 3),
+    }
     for name, runs in results.items():
         wall = statistics.median(w for w, _ in runs)
-        summary[name] = {"median_s": round(wall, 3), "rows_per_s": round(args.rows / wall),
-                         "peak_rss_mb": round(max(r for _, r in runs)), "runs_s": [round(w, 3) for w, _ in runs]}  # fmt: skip
+        summary[name] = {
+            "median_s": round(wall, 3),
+            "rows_per_s": round(args.rows / wall),
+            "peak_rss_mb": round(max(r for _, r in runs)),
+            "runs_s": [round(w, 3) for w, _ in runs],
+        }
     summary["ratio"] = round(summary["distill"]["rows_per_s"] / summary["scan"]["rows_per_s"], 3)
     out.unlink(missing_ok=True)
     for extra in (Path(f"{out}.config.json"), out_dir / "rlcycle_bench_reward_report.json"):
@@ -261,8 +308,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary))
         return
-    print(f"{args.rows:,} trajectories ({summary['file_gb']} GB), median of {args.runs} runs each; "
-          f"distill writes {summary['output_gb']} GB to {out_dir}:")
+    print(
+        f"{args.rows:,} trajectories ({summary['file_gb']} GB), median of {args.runs} runs each; "
+        f"distill writes {summary['output_gb']} GB to {out_dir}:"
+    )
     for name in ("scan", "distill"):
         s = summary[name]
         print(f"  {name:8s} {s['median_s']:7.2f}s  {s['rows_per_s']:>12,} rows/s  peak RSS {s['peak_rss_mb']:,} MB")

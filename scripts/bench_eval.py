@@ -37,8 +37,14 @@ def one(level: int, tasks, runs: int) -> dict:
             walls.append(time.perf_counter() - t1)
         passed = sum(r.status == "pass" for r in results)
     wall = statistics.median(walls)
-    return {"concurrency": level, "tasks": len(tasks), "passed": passed, "seconds": wall,
-            "tasks_per_min": 60 * len(tasks) / wall, "pool_start_s": statistics.median(starts)}  # fmt: skip
+    return {
+        "concurrency": level,
+        "tasks": len(tasks),
+        "passed": passed,
+        "seconds": wall,
+        "tasks_per_min": 60 * len(tasks) / wall,
+        "pool_start_s": statistics.median(starts),
+    }
 
 
 def main() -> None:
@@ -52,10 +58,14 @@ def main() -> None:
     tasks = load_suite(args.tasks)
     rows = [one(int(n), tasks, args.runs) for n in args.levels.split(",")]
     base = rows[0]["tasks_per_min"]
-    print(f"{'concurrency':>11} {'tasks':>5} {'passed':>6} {'wall s':>7} {'tasks/min':>9} {'vs c=' + str(rows[0]['concurrency']):>7} {'pool start s':>12}")
+    print(
+        f"{'concurrency':>11} {'tasks':>5} {'passed':>6} {'wall s':>7} {'tasks/min':>9} {'vs c=' + str(rows[0]['concurrency']):>7} {'pool start s':>12}"
+    )
     for r in rows:
-        print(f"{r['concurrency']:>11} {r['tasks']:>5} {r['passed']:>6} {r['seconds']:>7.1f} {r['tasks_per_min']:>9.1f} "
-              f"{r['tasks_per_min'] / base:>6.2f}x {r['pool_start_s']:>12.2f}")
+        print(
+            f"{r['concurrency']:>11} {r['tasks']:>5} {r['passed']:>6} {r['seconds']:>7.1f} {r['tasks_per_min']:>9.1f} "
+            f"{r['tasks_per_min'] / base:>6.2f}x {r['pool_start_s']:>12.2f}"
+        )
     print(json.dumps(rows))
 
 

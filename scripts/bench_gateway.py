@@ -48,9 +48,7 @@ def setup(root: Path, size: str, seed: int) -> tuple[Path, str]:
     from rlcycle import model_init
     from rlcycle.policy.registry import Entry, Registry
 
-    model = Path(
-        model_init.run(model_init.InitModelConfig(seed=seed, size=size), root / "model").path
-    )
+    model = Path(model_init.run(model_init.InitModelConfig(seed=seed, size=size), root / "model").path)
     reg = Registry(root / "registry")
     with reg.locked():
         cid = reg.add(model)
@@ -118,9 +116,13 @@ def load_gateway(url: str, args, seed0: int) -> tuple[list[float], float, int]:
 
         def send(k: int) -> int:
             r = sdk.chat.completions.create(
-                model="production", messages=msgs, max_tokens=args.max_tokens, temperature=1.0,
-                seed=seed0 + i * args.requests + k, extra_headers={"X-Session-Id": f"bench-{i}"},
-            )  # fmt: skip
+                model="production",
+                messages=msgs,
+                max_tokens=args.max_tokens,
+                temperature=1.0,
+                seed=seed0 + i * args.requests + k,
+                extra_headers={"X-Session-Id": f"bench-{i}"},
+            )
             return r.usage.completion_tokens
 
         return send
@@ -128,16 +130,13 @@ def load_gateway(url: str, args, seed0: int) -> tuple[list[float], float, int]:
     return run_clients(args, make_client)
 
 
-def load_direct(
-    batcher, prompts: list[list[int]], args, seed0: int
-) -> tuple[list[float], float, int]:
+def load_direct(batcher, prompts: list[list[int]], args, seed0: int) -> tuple[list[float], float, int]:
     """The same requests straight to a batcher over the policy: no HTTP, no chat layer, no log."""
     from rlcycle.policy.base import SamplingParams
 
     def make_client(i: int):
         def send(k: int) -> int:
-            sp = SamplingParams(max_new_tokens=args.max_tokens, temperature=1.0,
-                                seed=seed0 + i * args.requests + k)  # fmt: skip
+            sp = SamplingParams(max_new_tokens=args.max_tokens, temperature=1.0, seed=seed0 + i * args.requests + k)
             return len(batcher.submit((prompts[i], sp)).result().token_ids)
 
         return send
@@ -148,9 +147,7 @@ def load_direct(
 # --- the event logger on its own -------------------------------------------------------------------
 
 
-def logger_rate(
-    templates: list[dict], n: int, redact_on: bool, root: Path
-) -> tuple[float, float, float]:
+def logger_rate(templates: list[dict], n: int, redact_on: bool, root: Path) -> tuple[float, float, float]:
     """(events/s appended until written and fsync'd, writer wall and CPU µs an event), n events."""
     from rlcycle.collect import redact
     from rlcycle.gateway.logwriter import EventLog
@@ -217,11 +214,7 @@ def report(args, rounds: dict[str, list], stats: dict) -> None:
         )
     g, lo, hi = paired_ratio(s["on"]["p50"], s["off"]["p50"])
     verdict = "met" if hi < 1.05 else "NOT met" if lo > 1.05 else "not resolved at this noise"
-    scale = (
-        f"; gateway (off) / direct p50 {med['off']['p50'] / med['direct']['p50']:.2f}x"
-        if "direct" in med
-        else ""
-    )
+    scale = f"; gateway (off) / direct p50 {med['off']['p50'] / med['direct']['p50']:.2f}x" if "direct" in med else ""
     print(
         f"logging overhead {100 * (g - 1):+.1f}% of p50 (95% CI {100 * (lo - 1):+.1f}%.."
         f"{100 * (hi - 1):+.1f}%; target < 5%: {verdict}){scale}"
@@ -240,9 +233,7 @@ def report(args, rounds: dict[str, list], stats: dict) -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=8, help="concurrent SDK clients (sessions)")
     ap.add_argument("--requests", type=int, default=4, help="requests per client per repeat")
     ap.add_argument("--max-tokens", type=int, default=16)
@@ -265,28 +256,28 @@ def measure(args, root: Path) -> tuple[dict[str, list], dict, list[dict]]:
     from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
     model, registry = setup(root, args.size, seed=0)
-    common = dict(registry=registry, port=0, max_batch_size=args.max_batch_size,
-                  batch_wait_ms=args.batch_wait_ms, num_threads=args.threads, device=args.device,
-                  watch_interval_s=0)  # fmt: skip
+    common = dict(
+        registry=registry,
+        port=0,
+        max_batch_size=args.max_batch_size,
+        batch_wait_ms=args.batch_wait_ms,
+        num_threads=args.threads,
+        device=args.device,
+        watch_interval_s=0,
+    )
     on = start(GatewayConfig(log_dir=str(root / "logs"), **common))
     off = start(GatewayConfig(logging=False, **common))
-    pcfg = HFPolicyConfig(
-        device=args.device, max_batch_size=args.max_batch_size, num_threads=args.threads
-    )
+    pcfg = HFPolicyConfig(device=args.device, max_batch_size=args.max_batch_size, num_threads=args.threads)
     batcher = Batcher(
         generate_batch(HFPolicy.from_pretrained(model, pcfg)),
         args.max_batch_size,
         args.batch_wait_ms,
     )
     renderer = ChatRenderer.from_pretrained(model, tools=())
-    prompts = [
-        renderer.render(messages(i), add_generation_prompt=True) for i in range(args.clients)
-    ]
+    prompts = [renderer.render(messages(i), add_generation_prompt=True) for i in range(args.clients)]
     sides = {
         "off": lambda seed: (*load_gateway(off.url, args, seed), 0),
-        "on": lambda seed: _with_events(
-            on.gateway.log, lambda: load_gateway(on.url, args, seed), cpu
-        ),
+        "on": lambda seed: _with_events(on.gateway.log, lambda: load_gateway(on.url, args, seed), cpu),
         "direct": lambda seed: (*load_direct(batcher, prompts, args, seed), 0),
     }
     if args.no_direct:
@@ -308,8 +299,7 @@ def measure(args, root: Path) -> tuple[dict[str, list], dict, list[dict]]:
         on.close()
         off.close()
         batcher.close()
-    events = [json.loads(line) for f in sorted((root / "logs").glob("*.jsonl"))
-              for line in f.read_text().splitlines()]  # fmt: skip
+    events = [json.loads(line) for f in sorted((root / "logs").glob("*.jsonl")) for line in f.read_text().splitlines()]
     completions = sum(e["type"] == "completion" for e in events)
     expected = args.clients * args.requests * (args.repeats + 1)
     # zero lost, zero duplicated (the other events are tool_results of invalid calls)
@@ -328,9 +318,7 @@ def main() -> None:
         report(args, rounds, stats)
         templates = [e for e in events if e["type"] == "completion"]
         for redact_on in (True, False):
-            rate, us, cpu_us = logger_rate(
-                templates, args.logger_events, redact_on, Path(tmp) / f"log-{redact_on}"
-            )
+            rate, us, cpu_us = logger_rate(templates, args.logger_events, redact_on, Path(tmp) / f"log-{redact_on}")
             print(
                 f"logger alone, redaction {'on ' if redact_on else 'off'}: {rate:,.0f} events/s "
                 f"({args.logger_events} events appended until written and fsync'd; writer "

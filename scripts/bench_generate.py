@@ -63,8 +63,7 @@ def episode_prompts(tok, n: int) -> list[list[int]]:
     from rlcycle.harness import ChatRenderer, initial_messages
 
     renderer = ChatRenderer(tok)
-    return [renderer.render(initial_messages(f"{TASKS[i % len(TASKS)]} (episode {i})"), True)
-            for i in range(n)]
+    return [renderer.render(initial_messages(f"{TASKS[i % len(TASKS)]} (episode {i})"), True) for i in range(n)]
 
 
 def run_rlcycle(policy, prompts, new_tokens: int) -> float:
@@ -72,8 +71,7 @@ def run_rlcycle(policy, prompts, new_tokens: int) -> float:
 
     never = (policy.vocab_size + 1,)  # no stop token: every prompt gets exactly new_tokens
     t = time.perf_counter()
-    gens = policy.generate(prompts, SamplingParams(max_new_tokens=new_tokens, seed=0,
-                                                   stop_token_ids=never))
+    gens = policy.generate(prompts, SamplingParams(max_new_tokens=new_tokens, seed=0, stop_token_ids=never))
     dt = time.perf_counter() - t
     return sum(len(g.token_ids) for g in gens) / dt
 
@@ -84,9 +82,17 @@ def run_generate_single(model, prompts, new_tokens: int) -> float:
     with torch.inference_mode():
         for p in prompts:
             ids = torch.tensor([p], device=model.device)
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                 temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
-                                 min_new_tokens=new_tokens, pad_token_id=PAD)
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=PAD,
+            )
             n += out.shape[1] - ids.shape[1]
     return n / (time.perf_counter() - t)
 
@@ -96,13 +102,21 @@ def run_generate_batched(model, prompts, new_tokens: int) -> float:
     ids = torch.full((len(prompts), width), PAD, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     t = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(ids.to(model.device), attention_mask=mask.to(model.device),
-                             do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=PAD)
+        out = model.generate(
+            ids.to(model.device),
+            attention_mask=mask.to(model.device),
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            pad_token_id=PAD,
+        )
     return (out.shape[1] - width) * len(prompts) / (time.perf_counter() - t)
 
 
@@ -111,8 +125,9 @@ TOOL_RESULT = "\n<tool_response>\ndef add(a, b):\n    return a - b\n</tool_respo
 
 def run_episodes(gen_fn, prompts, tok, turns: int, new_tokens: int) -> float:
     """Tokens/s over `turns` turns; gen_fn(prompts) -> list of completion id lists."""
-    suffix = tok(f"<|im_end|>\n<|im_start|>tool{TOOL_RESULT}<|im_end|>\n<|im_start|>assistant\n",
-                 add_special_tokens=False)["input_ids"]
+    suffix = tok(
+        f"<|im_end|>\n<|im_start|>tool{TOOL_RESULT}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
+    )["input_ids"]
     convs = [list(p) for p in prompts]
     n = 0
     t = time.perf_counter()
@@ -129,6 +144,7 @@ def rlcycle_turn(policy):
     def gen(convs, new_tokens):
         sp = SamplingParams(max_new_tokens=new_tokens, seed=0, stop_token_ids=(policy.vocab_size + 1,))
         return [g.token_ids for g in policy.generate(convs, sp)]
+
     return gen
 
 
@@ -138,11 +154,20 @@ def generate_turn(model):
         with torch.inference_mode():
             for c in convs:
                 ids = torch.tensor([c], device=model.device)
-                out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                     temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
-                                     min_new_tokens=new_tokens, pad_token_id=PAD)
-                outs.append(out[0, ids.shape[1]:].tolist())
+                out = model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    do_sample=True,
+                    temperature=1.0,
+                    top_p=1.0,
+                    top_k=0,
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    pad_token_id=PAD,
+                )
+                outs.append(out[0, ids.shape[1] :].tolist())
         return outs
+
     return gen
 
 
@@ -151,8 +176,7 @@ def report(runs: dict[str, list[float]]) -> dict[str, float]:
     medians = {}
     for name, rates in runs.items():
         medians[name] = statistics.median(rates)
-        print(f"  {name:40s} {medians[name]:9.1f} tokens/s   (runs: "
-              + ", ".join(f"{r:.1f}" for r in rates) + ")")
+        print(f"  {name:40s} {medians[name]:9.1f} tokens/s   (runs: " + ", ".join(f"{r:.1f}" for r in rates) + ")")
     return medians
 
 
@@ -165,9 +189,12 @@ def main() -> None:
     ap.add_argument("--size", default="tiny", help="shape of the random model (without --model)")
     ap.add_argument("--model", default=None, help="a checkpoint directory instead of the random model")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch CPU threads for both sides (1 is fastest for the tiny model on "
-                         "a shared 2-core machine)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads for both sides (1 is fastest for the tiny model on a shared 2-core machine)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
@@ -179,15 +206,18 @@ def main() -> None:
     prompts = episode_prompts(tok, args.episodes)
     policy = HFPolicy(model, tok, HFPolicyConfig(device=args.device, max_batch_size=args.episodes))
     lens = [len(p) for p in prompts]
-    print(f"model {name} ({sum(p.numel() for p in model.parameters()):,} params), "
-          f"{args.episodes} prompts of {min(lens)}-{max(lens)} tokens, {args.max_new_tokens} new "
-          f"tokens each, device {args.device}, {args.threads} thread(s), median of {args.repeats}")
+    print(
+        f"model {name} ({sum(p.numel() for p in model.parameters()):,} params), "
+        f"{args.episodes} prompts of {min(lens)}-{max(lens)} tokens, {args.max_new_tokens} new "
+        f"tokens each, device {args.device}, {args.threads} thread(s), median of {args.repeats}"
+    )
     run_rlcycle(policy, prompts[:2], 4)  # warm-up (allocator, kernels)
     budget = args.episodes * (max(lens) + args.max_new_tokens + 16)
 
     def with_prefix_cache(p, prompts, n):  # a fresh (empty) cache every run
-        cached = HFPolicy(model, tok, HFPolicyConfig(device=args.device, max_batch_size=args.episodes,
-                                                     prefix_cache_tokens=budget))
+        cached = HFPolicy(
+            model, tok, HFPolicyConfig(device=args.device, max_batch_size=args.episodes, prefix_cache_tokens=budget)
+        )
         return run_rlcycle(cached, prompts, n)
 
     sides = (
@@ -204,12 +234,12 @@ def main() -> None:
             runs[name].append(fn(target, prompts, args.max_new_tokens))
     results = report(runs)
     names = list(results)
-    print(f"ratio rlcycle batched / model.generate one at a time: "
-          f"{results[names[0]] / results[names[1]]:.2f}x")
-    print(f"ratio rlcycle batched / model.generate batched:       "
-          f"{results[names[0]] / results[names[2]]:.2f}x")
-    print(f"ratio rlcycle + prefix cache (shared system prompt) / one at a time: "
-          f"{results[names[3]] / results[names[1]]:.2f}x")
+    print(f"ratio rlcycle batched / model.generate one at a time: {results[names[0]] / results[names[1]]:.2f}x")
+    print(f"ratio rlcycle batched / model.generate batched:       {results[names[0]] / results[names[2]]:.2f}x")
+    print(
+        f"ratio rlcycle + prefix cache (shared system prompt) / one at a time: "
+        f"{results[names[3]] / results[names[1]]:.2f}x"
+    )
     if args.turns > 0:
         episodes(args, model, tok, prompts)
 
@@ -221,9 +251,16 @@ def episodes(args, model, tok, prompts) -> None:
     print(f"{args.turns}-turn episodes ({args.episodes} at once, {args.max_new_tokens} tokens per turn):")
     budget = args.episodes * (max(len(p) for p in prompts) + 4 * args.turns * args.max_new_tokens + 200)
     sides = (
-        ("rlcycle batched + prefix cache", lambda: rlcycle_turn(HFPolicy(
-            model, tok, HFPolicyConfig(device=args.device, max_batch_size=args.episodes,
-                                       prefix_cache_tokens=budget)))),
+        (
+            "rlcycle batched + prefix cache",
+            lambda: rlcycle_turn(
+                HFPolicy(
+                    model,
+                    tok,
+                    HFPolicyConfig(device=args.device, max_batch_size=args.episodes, prefix_cache_tokens=budget),
+                )
+            ),
+        ),
         ("model.generate, one prompt at a time", lambda: generate_turn(model)),
     )
     runs: dict[str, list[float]] = {name: [] for name, _ in sides}

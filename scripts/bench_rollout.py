@@ -64,14 +64,17 @@ def project(total: int, t_ep: float, target_min: float, per_node: int, label: st
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=16, help="episodes per timed run")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sandboxes", type=int, default=2, help="total sandboxes in every layout")
-    ap.add_argument("--episode-s", type=float, nargs="*", default=[60.0, 300.0],
-                    help="more episode times for the projection (a model-driven episode)")  # fmt: skip
+    ap.add_argument(
+        "--episode-s",
+        type=float,
+        nargs="*",
+        default=[60.0, 300.0],
+        help="more episode times for the projection (a model-driven episode)",
+    )
     ap.add_argument("--cores-per-node", type=int, default=64)
     ap.add_argument("--cpus-per-sandbox", type=float, default=1.0)
     ap.add_argument("--target-min", type=float, default=30.0, help="wall time the eval may take")
@@ -81,8 +84,7 @@ def main() -> None:
     import ray
 
     tasks = [t for t in load_suite(resources.tasks()) if not t.ambiguous][:8]
-    ray.init(num_cpus=2, object_store_memory=80 * 1024**2, include_dashboard=False,
-             log_to_driver=False)  # fmt: skip
+    ray.init(num_cpus=2, object_store_memory=80 * 1024**2, include_dashboard=False, log_to_driver=False)
     s = args.sandboxes
     layouts = {
         "local": (RolloutConfig("local"), s),
@@ -108,17 +110,20 @@ def main() -> None:
     for name, ts in times.items():
         med = statistics.median(ts)
         per_ep[name] = med / args.episodes
-        print(f"{name:6s} runs {', '.join(f'{t:.2f}' for t in ts)}s   median {med:.2f}s = "
-              f"{args.episodes / med:.2f} episodes/s ({1000 * per_ep[name]:.0f} ms/episode)")  # fmt: skip
+        print(
+            f"{name:6s} runs {', '.join(f'{t:.2f}' for t in ts)}s   median {med:.2f}s = "
+            f"{args.episodes / med:.2f} episodes/s ({1000 * per_ep[name]:.0f} ms/episode)"
+        )
     for name in ("ray1", "ray2"):
         extra_ms = 1000 * (per_ep[name] - per_ep["local"])
-        print(f"{name}/local episodes/s ratio {per_ep['local'] / per_ep[name]:.2f}   "
-              f"Ray cost per episode {extra_ms:+.0f} ms wall ({s} sandboxes in all, "
-              f"{s * extra_ms:+.0f} sandbox-ms)")  # fmt: skip
+        print(
+            f"{name}/local episodes/s ratio {per_ep['local'] / per_ep[name]:.2f}   "
+            f"Ray cost per episode {extra_ms:+.0f} ms wall ({s} sandboxes in all, "
+            f"{s * extra_ms:+.0f} sandbox-ms)"
+        )
 
     per_node = max(1, int(args.cores_per_node / args.cpus_per_sandbox))
-    print(f"({per_node} sandboxes per node = {args.cores_per_node} cores / "
-          f"{args.cpus_per_sandbox} CPU per sandbox)")  # fmt: skip
+    print(f"({per_node} sandboxes per node = {args.cores_per_node} cores / {args.cpus_per_sandbox} CPU per sandbox)")
     t_local = per_ep["local"] * s  # one sandbox's episode time, measured
     print(project(args.total_episodes, t_local, args.target_min, per_node, "measured, scripted"))
     for t_ep in args.episode_s:

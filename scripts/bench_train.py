@@ -66,8 +66,9 @@ def agent_rows(model_dir: Path, n: int, turns: int) -> dict[str, list]:
     for s in range(-(-n // turns)):
         messages = initial_messages(f"{TASKS[s % len(TASKS)]} (session {s}, repository r{s * 7919 % 1000})")
         for t in range(turns):
-            call = (f'<tool_call>\n{{"name": "read_file", "arguments": {{"path": "src/module_{s}_{t}.py"}}}}'
-                    "\n</tool_call>")  # fmt: skip
+            call = (
+                f'<tool_call>\n{{"name": "read_file", "arguments": {{"path": "src/module_{s}_{t}.py"}}}}\n</tool_call>'
+            )
             prompts.append(renderer.render(messages, add_generation_prompt=True))
             comps.append(renderer.encode(call))
             messages = [*messages, {"role": "assistant", "content": call}, {"role": "tool", "content": TOOL_RESULT}]
@@ -86,8 +87,11 @@ def write_examples(path: Path, rows: dict[str, list]) -> Path:
         "advantage": [1.0 if i % 2 == 0 else -1.0 for i in range(n)],
         "policy_version": ["bench"] * n,
     }
-    types = {"prompt_ids": pa.list_(pa.int32()), "completion_ids": pa.list_(pa.int32()),
-             "behavior_logprobs": pa.list_(pa.float32())}  # fmt: skip
+    types = {
+        "prompt_ids": pa.list_(pa.int32()),
+        "completion_ids": pa.list_(pa.int32()),
+        "behavior_logprobs": pa.list_(pa.float32()),
+    }
     rio.write_table(conform(pa.table({k: pa.array(v, type=types.get(k)) for k, v in cols.items()}), EXAMPLES), path)
     return path
 
@@ -101,9 +105,19 @@ def run_rlcycle(name: str, out: Path, base: Path, examples: Path, args, **overri
     from rlcycle.train import stage
     from rlcycle.train.config import TrainConfig
 
-    cfg = TrainConfig(batch_size=args.batch, max_steps=args.steps, shuffle=False, micro_batch_tokens=args.micro_tokens,
-                      max_seq_len=args.micro_tokens, max_policy_lag=None, save_every=0, lr=1e-6, cpu=True,
-                      precision="fp32", **overrides)  # fmt: skip
+    cfg = TrainConfig(
+        batch_size=args.batch,
+        max_steps=args.steps,
+        shuffle=False,
+        micro_batch_tokens=args.micro_tokens,
+        max_seq_len=args.micro_tokens,
+        max_policy_lag=None,
+        save_every=0,
+        lr=1e-6,
+        cpu=True,
+        precision="fp32",
+        **overrides,
+    )
     stage.run(cfg, examples, base, out, overwrite=True, quiet=True)
     rows = rio.read_table(out / stage.METRICS_FILE).to_pylist()[args.warmup :]
     return [(r["tokens"], r["step_seconds"]) for r in rows]
@@ -180,25 +194,33 @@ def main() -> None:
         examples = write_examples(root / "examples.arrow", rows)
         sides = {
             "baseline (plain HF, padded)": lambda: run_baseline(base, rows, args),
-            "rlcycle, share_prefix off": lambda: run_rlcycle("off", root / "off", base, examples, args, share_prefix=False),
+            "rlcycle, share_prefix off": lambda: run_rlcycle(
+                "off", root / "off", base, examples, args, share_prefix=False
+            ),
             "rlcycle, share_prefix on": lambda: run_rlcycle("on", root / "on", base, examples, args, share_prefix=True),
         }
         if args.grad_ckpt:
             sides["rlcycle, gradient_checkpointing"] = lambda: run_rlcycle(
-                "gc", root / "gc", base, examples, args, gradient_checkpointing=True)  # fmt: skip
+                "gc", root / "gc", base, examples, args, gradient_checkpointing=True
+            )
         runs: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
         for rep in range(args.repeats):  # interleaved, so a burst of load hits every side alike
             for name, side in sides.items():
                 steps = side()
                 runs[name].append((statistics.median(t / s for t, s in steps), statistics.median(s for _, s in steps)))
-                print(f"  repeat {rep + 1} {name}: {runs[name][-1][0]:.0f} tokens/s, {runs[name][-1][1]:.2f} s/step",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"  repeat {rep + 1} {name}: {runs[name][-1][0]:.0f} tokens/s, {runs[name][-1][1]:.2f} s/step",
+                    file=sys.stderr,
+                    flush=True,
+                )
     lens = [len(p) for p in rows["prompt_ids"]]
     comp = [len(c) for c in rows["completion_ids"]]
-    print(f"rlcycle train on agent rows: model {args.model or 'tiny default'}, {args.batch} rows/step, "
-          f"{args.steps - args.warmup} timed of {args.steps} steps, {args.repeats} repeats, turns {args.turns}; "
-          f"prompt {min(lens)}-{max(lens)} tokens (median {int(np.median(lens))}), completion median "
-          f"{int(np.median(comp))}")  # fmt: skip
+    print(
+        f"rlcycle train on agent rows: model {args.model or 'tiny default'}, {args.batch} rows/step, "
+        f"{args.steps - args.warmup} timed of {args.steps} steps, {args.repeats} repeats, turns {args.turns}; "
+        f"prompt {min(lens)}-{max(lens)} tokens (median {int(np.median(lens))}), completion median "
+        f"{int(np.median(comp))}"
+    )
     base_tps = statistics.median(v for v, _ in runs["baseline (plain HF, padded)"])
     print(f"{'side':<32} {'tokens/s':>9} {'s/step':>8} {'vs baseline':>12}   runs (tokens/s)")
     for name, vals in runs.items():

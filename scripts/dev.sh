@@ -4,7 +4,7 @@
 #   scripts/dev.sh setup          create .venv and install rlcycle (fast when already done)
 #   scripts/dev.sh demo           run the whole cycle on the bundled sample data (rlcycle cycle)
 #   scripts/dev.sh test [ARGS]    install what the tests need (Docker engine, sandbox image), run pytest
-#   scripts/dev.sh lint           ruff
+#   scripts/dev.sh lint           ruff check and ruff format --check (the test command runs it first)
 #   scripts/dev.sh bench          every scripts/bench_*.py at its default size
 #
 # torch: an existing torch in .venv is kept (GPU users: install your CUDA build first, or set
@@ -68,8 +68,16 @@ demo() {
   "$VENV/bin/rlcycle" registry ls --history 3
 }
 
+lint() {
+  # Style is checked, not argued: lint rules and `ruff format` (line length in pyproject.toml).
+  local dirs; dirs=$(ls -d rlcycle tests scripts experiments 2>/dev/null)
+  "$VENV/bin/ruff" check $dirs
+  "$VENV/bin/ruff" format --check $dirs
+}
+
 run_tests() {
   setup
+  lint
   docker_ready
   # pytest's exit 5 (no tests collected) is a failure here: a run that tested nothing is not green.
   "$PY" -m pytest "$@"
@@ -80,7 +88,7 @@ case "$cmd" in
   setup) setup ;;
   demo) demo "$@" ;;
   test) run_tests "$@" ;;
-  lint) setup; "$VENV/bin/ruff" check rlcycle tests scripts ;;
+  lint) setup; lint ;;
   bench) setup; for b in scripts/bench_*.py; do log "$b"; "$PY" "$b" "$@"; done ;;
   *) sed -n '2,14p' "$0"; exit 2 ;;
 esac

@@ -61,7 +61,7 @@ class Spec:
 # Every module also holds a second, unrelated function so the edit has a place to find.
 
 HELPERS = [
-    ("def describe(value):\n    return f\"<{value}>\"\n", "describe"),
+    ('def describe(value):\n    return f"<{value}>"\n', "describe"),
     ("def is_empty(items):\n    return len(items) == 0\n", "is_empty"),
     ("def double(n):\n    return n * 2\n", "double"),
     ("def first(items):\n    return items[0]\n", "first"),
@@ -85,40 +85,58 @@ STRINGS = [  # module, function, argument, template with {w}, wrong word, right 
 ]
 
 DEFAULTS = [  # module, function, argument, parameter, expression
-    ("server", "connect", "host", "port", "f\"{host}:{port}\""),
+    ("server", "connect", "host", "port", 'f"{host}:{port}"'),
     ("text", "pad", "text", "width", "text.ljust(width)"),
     ("words", "repeat", "word", "times", "word * times"),
     ("offsets", "shift", "n", "offset", "n + offset"),
     ("limits", "clamp", "n", "limit", "min(n, limit)"),
     ("lists", "take", "items", "count", "items[:count]"),
-    ("layout", "indent", "line", "spaces", "\" \" * spaces + line"),
+    ("layout", "indent", "line", "spaces", '" " * spaces + line'),
     ("retry", "backoff", "attempt", "base", "base ** attempt"),
     ("pages", "page_count", "total", "per_page", "-(-total // per_page)"),
     ("money", "with_tax", "price", "percent", "price + price * percent // 100"),
     ("grid", "cells", "rows", "cols", "rows * cols"),
     ("timer", "minutes", "seconds", "unit", "seconds // unit"),
 ]
-DEFAULT_ARGS = {"host": "\"db\"", "text": "\"ab\"", "word": "\"ha\"", "n": "7", "items": "list(range(20))",
-                "line": "\"x\"", "attempt": "2", "total": "95", "price": "200", "rows": "3",
-                "seconds": "600"}  # fmt: skip
+DEFAULT_ARGS = {
+    "host": '"db"',
+    "text": '"ab"',
+    "word": '"ha"',
+    "n": "7",
+    "items": "list(range(20))",
+    "line": '"x"',
+    "attempt": "2",
+    "total": "95",
+    "price": "200",
+    "rows": "3",
+    "seconds": "600",
+}
 
 RENAMES = [  # module, old name, new name, argument, body expression
     ("shop", "calc_total", "compute_total", "prices", "sum(prices)"),
-    ("names", "get_initials", "initials", "name", "\"\".join(p[0] for p in name.split())"),
-    ("files", "ext", "extension", "path", "path.rsplit(\".\", 1)[-1]"),
+    ("names", "get_initials", "initials", "name", '"".join(p[0] for p in name.split())'),
+    ("files", "ext", "extension", "path", 'path.rsplit(".", 1)[-1]'),
     ("temps", "c_to_f", "celsius_to_fahrenheit", "c", "c * 9 / 5 + 32"),
     ("geometry", "sq", "square", "x", "x * x"),
     ("strings", "rev", "reverse", "text", "text[::-1]"),
     ("scores", "avg", "average", "values", "sum(values) / len(values)"),
-    ("users", "usr_name", "username", "email", "email.split(\"@\")[0]"),
+    ("users", "usr_name", "username", "email", 'email.split("@")[0]'),
     ("maths", "cube_it", "cube", "x", "x ** 3"),
-    ("tags", "mk_tag", "make_tag", "name", "\"#\" + name.lower()"),
+    ("tags", "mk_tag", "make_tag", "name", '"#" + name.lower()'),
     ("lists", "cnt", "count_items", "items", "len(items)"),
-    ("paths", "basename_of", "basename", "path", "path.split(\"/\")[-1]"),
+    ("paths", "basename_of", "basename", "path", 'path.split("/")[-1]'),
 ]
-RENAME_ARGS = {"prices": "[1, 2, 3]", "name": "\"Ada Lovelace\"", "path": "\"a/b/report.txt\"", "c": "100",
-               "x": "3", "text": "\"abc\"", "values": "[2, 4]", "email": "\"ada@example.org\"",
-               "items": "[1, 2]"}  # fmt: skip
+RENAME_ARGS = {
+    "prices": "[1, 2, 3]",
+    "name": '"Ada Lovelace"',
+    "path": '"a/b/report.txt"',
+    "c": "100",
+    "x": "3",
+    "text": '"abc"',
+    "values": "[2, 4]",
+    "email": '"ada@example.org"',
+    "items": "[1, 2]",
+}
 
 COMPARES = [  # module, function, argument, old operator, new operator, constant, name of the rule
     ("people", "is_adult", "age", ">", ">=", 18, "age 18 counts as adult"),
@@ -143,7 +161,7 @@ RANGES = [  # module, function, docstring, expression of i, expected for n = 4
     ("evens", "evens", "the even numbers 2, 4, ..., 2n", "2 * i", "list"),
     ("cubes", "sum_cubes", "the sum of the cubes of 1..n", "i ** 3", None),
     ("odds", "odds", "the odd numbers 1, 3, ..., 2n - 1", "2 * i - 1", "list"),
-    ("labels", "labels", "the labels 'item1' ... 'itemn'", "f\"item{i}\"", "list"),
+    ("labels", "labels", "the labels 'item1' ... 'itemn'", 'f"item{i}"', "list"),
     ("triangle", "triangle", "the n-th triangle number", "i", None),
     ("halves", "sum_halves", "the sum of i / 2 for i in 1..n", "i / 2", None),
     ("tens", "tens", "the list [10, 20, ..., 10n]", "10 * i", "list"),
@@ -153,21 +171,30 @@ RANGES = [  # module, function, docstring, expression of i, expected for n = 4
 RETURNS = [  # module, function, arguments, expression
     ("area", "rectangle_area", "width, height", "width * height"),
     ("prices", "discounted", "price, percent", "price - price * percent / 100"),
-    ("names", "full_name", "first, last", "first + \" \" + last"),
+    ("names", "full_name", "first, last", 'first + " " + last'),
     ("stats", "mean", "values", "sum(values) / len(values)"),
     ("units", "km_to_miles", "km", "km * 0.621"),
     ("vectors", "dot", "a, b", "sum(x * y for x, y in zip(a, b))"),
-    ("text", "shout", "message", "message.upper() + \"!\""),
+    ("text", "shout", "message", 'message.upper() + "!"'),
     ("ranges", "span", "values", "max(values) - min(values)"),
     ("money", "cents", "euros", "round(euros * 100)"),
     ("clock", "to_seconds", "hours, minutes", "hours * 3600 + minutes * 60"),
     ("lists", "without_none", "items", "[x for x in items if x is not None]"),
     ("words", "longest", "words", "max(words, key=len)"),
 ]
-RETURN_ARGS = {"width, height": "3, 4", "price, percent": "200, 10", "first, last": "\"Ada\", \"Lovelace\"",
-               "values": "[2, 9, 4]", "km": "10", "a, b": "[1, 2], [3, 4]", "message": "\"hi\"",
-               "euros": "1.25", "hours, minutes": "1, 30", "items": "[1, None, 2]",
-               "words": "[\"a\", \"abc\", \"ab\"]"}  # fmt: skip
+RETURN_ARGS = {
+    "width, height": "3, 4",
+    "price, percent": "200, 10",
+    "first, last": '"Ada", "Lovelace"',
+    "values": "[2, 9, 4]",
+    "km": "10",
+    "a, b": "[1, 2], [3, 4]",
+    "message": '"hi"',
+    "euros": "1.25",
+    "hours, minutes": "1, 30",
+    "items": "[1, None, 2]",
+    "words": '["a", "abc", "ab"]',
+}
 
 
 def _module(helper: str, target: str, rng: random.Random) -> str:
@@ -187,13 +214,12 @@ def _eval(code: str, call: str) -> object:
 def string_task(v: tuple, rng: random.Random, helper: tuple[str, str]) -> Spec:
     _, fn, arg, tpl, wrong, right = v  # the pool's module name is its topic; every task edits app.py
     mod = MODULE
-    line = lambda w: f"    return f\"{tpl.format(w=w)}\""  # noqa: E731
+    line = lambda w: f'    return f"{tpl.format(w=w)}"'  # noqa: E731
     before = _module(helper[0], f"def {fn}({arg}):\n{line(wrong)}\n", rng)
     after = before.replace(line(wrong), line(right))
-    call = f"{fn}(\"X\")"
-    tests = (f"from {mod} import {fn}\n\n\ndef test_{fn}_text():\n"
-             f"    assert {call} == {_eval(after, call)!r}\n")  # fmt: skip
-    text = f"In {mod}.py, {fn}() says \"{wrong}\" but it should say \"{right}\". Fix the typo."
+    call = f'{fn}("X")'
+    tests = f"from {mod} import {fn}\n\n\ndef test_{fn}_text():\n    assert {call} == {_eval(after, call)!r}\n"
+    text = f'In {mod}.py, {fn}() says "{wrong}" but it should say "{right}". Fix the typo.'
     return Spec("", "string", 1, text, mod, before, after, tests, ("bugfix", "string"))
 
 
@@ -205,10 +231,12 @@ def default_task(v: tuple, rng: random.Random, helper: tuple[str, str]) -> Spec:
     before = _module(helper[0], f"{head(old)}\n    return {expr}\n", rng)
     after = before.replace(head(old), head(new))
     call = f"{fn}({DEFAULT_ARGS[arg]})"
-    tests = (f"from {mod} import {fn}\n\n\ndef test_new_default():\n"
-             f"    assert {call} == {_eval(after, call)!r}\n\n\n"
-             f"def test_explicit_value_still_wins():\n"
-             f"    assert {fn}({DEFAULT_ARGS[arg]}, {old}) == {_eval(before, call)!r}\n")  # fmt: skip
+    tests = (
+        f"from {mod} import {fn}\n\n\ndef test_new_default():\n"
+        f"    assert {call} == {_eval(after, call)!r}\n\n\n"
+        f"def test_explicit_value_still_wins():\n"
+        f"    assert {fn}({DEFAULT_ARGS[arg]}, {old}) == {_eval(before, call)!r}\n"
+    )
     text = f"In {mod}.py, change the default {param} of {fn}() from {old} to {new}."
     return Spec("", "default", 1, text, mod, before, after, tests, ("config", "default"))
 
@@ -219,8 +247,7 @@ def rename_task(v: tuple, rng: random.Random, helper: tuple[str, str]) -> Spec:
     before = _module(helper[0], f"def {old}({arg}):\n    return {expr}\n", rng)
     after = before.replace(f"def {old}(", f"def {new}(")
     call = f"{new}({RENAME_ARGS[arg]})"
-    tests = (f"import {mod}\n\n\ndef test_new_name():\n"
-             f"    assert {mod}.{call} == {_eval(after, call)!r}\n")  # fmt: skip
+    tests = f"import {mod}\n\n\ndef test_new_name():\n    assert {mod}.{call} == {_eval(after, call)!r}\n"
     text = f"Rename the function {old} to {new} in {mod}.py."
     return Spec("", "rename", 1, text, mod, before, after, tests, ("refactor", "rename"))
 
@@ -244,13 +271,17 @@ def range_task(v: tuple, rng: random.Random, helper: tuple[str, str]) -> Spec:
     wrap = {None: "sum({g})", "list": "[{g}]", "product": "math.prod({g})"}[kind]
     gen = lambda end: f"{expr} for i in range(1, {end})"  # noqa: E731
     line = lambda end: "    return " + wrap.format(g=gen(end))  # noqa: E731
-    target = f"def {fn}(n):\n    \"\"\"Return {doc}.\"\"\"\n{line('n')}\n"
+    target = f'def {fn}(n):\n    """Return {doc}."""\n{line("n")}\n'
     before = ("import math\n\n\n" if kind == "product" else "") + _module(helper[0], target, rng)
     after = before.replace(line("n"), line("n + 1"))
-    tests = (f"from {mod} import {fn}\n\n\ndef test_includes_n():\n"
-             f"    assert {fn}(4) == {_eval(after, f'{fn}(4)')!r}\n"
-             f"    assert {fn}(1) == {_eval(after, f'{fn}(1)')!r}\n")  # fmt: skip
-    text = f"{fn}(n) in {mod}.py leaves out n itself: {fn}(4) should be {_eval(after, f'{fn}(4)')!r}. Fix the off-by-one."
+    tests = (
+        f"from {mod} import {fn}\n\n\ndef test_includes_n():\n"
+        f"    assert {fn}(4) == {_eval(after, f'{fn}(4)')!r}\n"
+        f"    assert {fn}(1) == {_eval(after, f'{fn}(1)')!r}\n"
+    )
+    text = (
+        f"{fn}(n) in {mod}.py leaves out n itself: {fn}(4) should be {_eval(after, f'{fn}(4)')!r}. Fix the off-by-one."
+    )
     return Spec("", "range", 2, text, mod, before, after, tests, ("bugfix", "off-by-one"))
 
 
@@ -260,8 +291,7 @@ def return_task(v: tuple, rng: random.Random, helper: tuple[str, str]) -> Spec:
     before = _module(helper[0], f"def {fn}({args}):\n    result = {expr}\n", rng)
     after = before.replace(f"    result = {expr}\n", f"    return {expr}\n")
     call = f"{fn}({RETURN_ARGS[args]})"
-    tests = (f"from {mod} import {fn}\n\n\ndef test_returns_the_result():\n"
-             f"    assert {call} == {_eval(after, call)!r}\n")  # fmt: skip
+    tests = f"from {mod} import {fn}\n\n\ndef test_returns_the_result():\n    assert {call} == {_eval(after, call)!r}\n"
     text = f"{fn}() in {mod}.py always returns None. Make it return the result."
     return Spec("", "return", 3, text, mod, before, after, tests, ("bugfix", "missing-return"))
 
@@ -300,17 +330,19 @@ def task_toml(spec: Spec) -> str:
     import json
 
     tags = ", ".join(json.dumps(t) for t in spec.tags)
-    return "\n".join([
-        f"id = {json.dumps(spec.id)}",
-        f"instruction = {json.dumps(spec.instruction)}",
-        f"cluster = {json.dumps('edit-' + spec.family)}",
-        f"difficulty = {spec.difficulty}",
-        f"tags = [{tags}]",
-        "timeout_s = 20.0",
-        # Prints what the warm-start demos show for run_tests (harness.demos.RUN_TESTS_OK).
-        f"run_tests_command = {json.dumps(f'python3 -m py_compile {spec.module}.py && echo ok: all tests passed')}",
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"id = {json.dumps(spec.id)}",
+            f"instruction = {json.dumps(spec.instruction)}",
+            f"cluster = {json.dumps('edit-' + spec.family)}",
+            f"difficulty = {spec.difficulty}",
+            f"tags = [{tags}]",
+            "timeout_s = 20.0",
+            # Prints what the warm-start demos show for run_tests (harness.demos.RUN_TESTS_OK).
+            f"run_tests_command = {json.dumps(f'python3 -m py_compile {spec.module}.py && echo ok: all tests passed')}",
+            "",
+        ]
+    )
 
 
 def write(out: Path, tasks: list[tuple[str, Spec]], seed: int) -> None:
@@ -326,7 +358,7 @@ def write(out: Path, tasks: list[tuple[str, Spec]], seed: int) -> None:
             (d / "hidden_tests" / f"test_{spec.family}.py").write_text(spec.tests)
         (tmp / "README.md").write_text(
             "Generated by `python scripts/gen_edit_tasks.py --seed "
-            f"{seed} --out <this directory>`; do not edit by hand (docs/tasks.md, \"The edit suite\").\n"
+            f'{seed} --out <this directory>`; do not edit by hand (docs/tasks.md, "The edit suite").\n'
         )
 
 

@@ -426,9 +426,7 @@ def make_task(rng: random.Random) -> dict:
     ]
     before, after = head + fam["before"], head + fam["after"]
     patch = "".join(
-        difflib.unified_diff(
-            [ln + "\n" for ln in before], [ln + "\n" for ln in after], f"a/{path}", f"b/{path}", n=1
-        )
+        difflib.unified_diff([ln + "\n" for ln in before], [ln + "\n" for ln in after], f"a/{path}", f"b/{path}", n=1)
     )
     n_tests = rng.randint(3, 12)
     test_file = (
@@ -478,9 +476,7 @@ def make_task(rng: random.Random) -> dict:
         "test_file": test_file,
         "repro": repro,
         "u_request": rng.choice(requests),
-        "u_request_after": rng.choice(
-            ("thanks, works. ", "Great, that fixed it. Next: ", "perfect. ")
-        )
+        "u_request_after": rng.choice(("thanks, works. ", "Great, that fixed it. Next: ", "perfect. "))
         + rng.choice(requests),
         "u_answer": fam["answer"] + rng.choice(("", ".", ", thanks", ". go ahead")),
         "u_still": rng.choice(
@@ -492,8 +488,7 @@ def make_task(rng: random.Random) -> dict:
         ),
         "c_ask": lead(("Before I change it: ", "", "One question first. "))
         + call_text("ask_user", {"question": fam["question"]}),
-        "c_list": lead(("", "Let me see what is in the package.\n"))
-        + call_text("list_files", {"path": f"src/{pkg}"}),
+        "c_list": lead(("", "Let me see what is in the package.\n")) + call_text("list_files", {"path": f"src/{pkg}"}),
         "r_list": "\n".join(["__init__.py", f"{module}.py", other.rsplit("/", 1)[1], "models.py"]),
         "c_search": lead(("", f"I'll find where {fn} is defined.\n"))
         + call_text("search", {"pattern": fn, "path": "src"}),
@@ -501,15 +496,13 @@ def make_task(rng: random.Random) -> dict:
         "c_read": lead(("", "Let me look at the code first.\n", f"Reading {path}.\n"))
         + call_text("read_file", {"path": path}),
         "r_read": "\n".join(before),
-        "c_read_bad": lead(("", "Let me open the module.\n"))
-        + call_text("read_file", {"path": f"src/{module}.py"}),
+        "c_read_bad": lead(("", "Let me open the module.\n")) + call_text("read_file", {"path": f"src/{module}.py"}),
         "e_read_bad": f"FileNotFoundError: [Errno 2] No such file or directory: 'src/{module}.py'",
         "c_read2": lead(("", "I'll read the code and its tests.\n"))
         + call_text("read_file", {"path": path})
         + call_text("read_file", {"path": tpath}),
         "r_read_test": test_file,
-        "c_shell": lead(("Let me reproduce it.\n", ""))
-        + call_text("run_shell", {"command": repro}),
+        "c_shell": lead(("Let me reproduce it.\n", "")) + call_text("run_shell", {"command": repro}),
         "r_shell": traceback,
         "c_patch": lead(("", f"The bug is `{fam['bad']}`. Fixing it.\n", "Here is the fix.\n"))
         + call_text("apply_patch", {"path": path, "patch": patch}),
@@ -520,8 +513,7 @@ def make_task(rng: random.Random) -> dict:
         "c_write": lead(("", "Adding a regression test.\n"))
         + call_text("write_file", {"path": tpath, "content": test_file}),
         "r_ok": "ok",
-        "c_tests": lead(("", "Running the tests.\n", "Now the tests.\n"))
-        + call_text("run_tests", {}),
+        "c_tests": lead(("", "Running the tests.\n", "Now the tests.\n")) + call_text("run_tests", {}),
         "r_fail": failing,
         "r_pass": passing,
         "e_timeout": "run_tests timed out after 120 s (killed)",
@@ -584,9 +576,7 @@ def parse_calls(content: str) -> tuple[Call, ...]:
         lines = 0
         if call.valid and call.name == "apply_patch":
             lines = sum(
-                1
-                for ln in call.arguments["patch"].splitlines()
-                if ln.startswith("+") and not ln.startswith("+++")
+                1 for ln in call.arguments["patch"].splitlines() if ln.startswith("+") and not ln.startswith("+++")
             )
         elif call.valid and call.name == "write_file":
             lines = call.arguments["content"].count("\n")
@@ -601,8 +591,22 @@ def msg_json(role: str, content: str) -> str:
 
 # Pieces nearly every episode uses are encoded up front in one parallel batch; the rest (invalid
 # calls, errors, clarifications, ...) on first use. Either way each text is encoded once.
-EAGER = ("u_request", "u_request_after", "u_still", "c_read", "r_read", "c_patch", "r_ok",
-         "c_patch_tests", "c_tests", "r_fail", "r_pass", "c_finish", "c_answer", "c_giveup")  # fmt: skip
+EAGER = (
+    "u_request",
+    "u_request_after",
+    "u_still",
+    "c_read",
+    "r_read",
+    "c_patch",
+    "r_ok",
+    "c_patch_tests",
+    "c_tests",
+    "r_fail",
+    "r_pass",
+    "c_finish",
+    "c_answer",
+    "c_giveup",
+)
 
 
 class Task(dict):
@@ -631,9 +635,7 @@ class Pool:
                 t["e_" + key[2:]] = parse_calls(t[key])[0].invalid
         self.tasks = [Task(self, t) for t in self.raw]
         # Big logs use every piece of every task: then one batch for all is fastest.
-        eager = (
-            [k for k in self.raw[0] if k[:2] in ("u_", "c_", "r_", "e_")] if eager_all else EAGER
-        )
+        eager = [k for k in self.raw[0] if k[:2] in ("u_", "c_", "r_", "e_")] if eager_all else EAGER
         jobs = [(task, key) for task in self.tasks for key in eager]
         chunks = [self.chunk(key, task.raw[key]) for task, key in jobs]
         encoded = self.tok.encode_batch(chunks, add_special_tokens=False)
@@ -766,9 +768,7 @@ EDIT_OUTCOME = (
     '{"event_id":"%s","type":"edit_outcome","ts":%s,"session_id":"%s","sample_id":"%s",'
     '"call_id":"%s","lines_proposed":%d,"lines_surviving":%d,"observed_after_s":%.1f}'
 )
-USER_MESSAGE = (
-    '{"event_id":"%s","type":"user_message","ts":%s,"session_id":"%s","episode_id":"%s","text":%s}'
-)
+USER_MESSAGE = '{"event_id":"%s","type":"user_message","ts":%s,"session_id":"%s","episode_id":"%s","text":%s}'
 FEEDBACK = '{"event_id":"%s","type":"feedback","ts":%s,"session_id":"%s","%s":"%s","value":%.1f,"kind":"%s"}'
 
 _HOUR_PREFIX: dict[int, str] = {}
@@ -779,9 +779,7 @@ def rfc3339(ms: int) -> str:
     hour, rem = divmod(ms, HOUR_MS)
     prefix = _HOUR_PREFIX.get(hour)
     if prefix is None:
-        prefix = _HOUR_PREFIX[hour] = datetime.fromtimestamp(hour * 3600, timezone.utc).strftime(
-            "%Y-%m-%dT%H:"
-        )
+        prefix = _HOUR_PREFIX[hour] = datetime.fromtimestamp(hour * 3600, timezone.utc).strftime("%Y-%m-%dT%H:")
     minute, rem = divmod(rem, 60_000)
     return f"{prefix}{minute:02d}:{rem // 1000:02d}.{rem % 1000:03d}Z"
 
@@ -877,13 +875,10 @@ class Simulator:
                 n_eps, more = n_eps + 1, True  # a clarifying question is always answered
             text, next_task, retry = self.followup(ep, ti, more)
             if text is not None:
-                t = ep.end_ms + int(
-                    rng.lognormvariate(10.8 if ep.final_step != "ask" else 10.3, 0.9)
-                )
+                t = ep.end_ms + int(rng.lognormvariate(10.8 if ep.final_step != "ask" else 10.3, 0.9))
                 self.emit(
                     t,
-                    USER_MESSAGE
-                    % (self.hex(128), self.ts(t), s.session_id, ep.episode_id, text.text_json),
+                    USER_MESSAGE % (self.hex(128), self.ts(t), s.session_id, ep.episode_id, text.text_json),
                 )
             self.outcomes(s, ep, reverted=text is not None and "revert" in text.text_json)
             if text is None or not more:
@@ -905,11 +900,7 @@ class Simulator:
             if more:
                 nt = self.task()
                 return (
-                    (
-                        pool.tasks[nt]["u_request_after"]
-                        if rng.random() < 0.4
-                        else pool.tasks[nt]["u_request"]
-                    ),
+                    (pool.tasks[nt]["u_request_after"] if rng.random() < 0.4 else pool.tasks[nt]["u_request"]),
                     nt,
                     False,
                 )
@@ -923,9 +914,7 @@ class Simulator:
         return None, ti, False
 
     # --- episodes ---
-    def plan(
-        self, kind: str, pol: Behaviour, success: bool, first: bool, retry: bool
-    ) -> tuple[list[str], bool]:
+    def plan(self, kind: str, pol: Behaviour, success: bool, first: bool, retry: bool) -> tuple[list[str], bool]:
         """The steps of one episode (one per turn) and whether it ends well."""
         rng = self.rng
         if first and rng.random() < pol.p_clarify * (1.4 if kind == "fix" else 1.0):
@@ -949,11 +938,7 @@ class Simulator:
             else:
                 steps += [
                     "patch",
-                    "tests_timeout"
-                    if rng.random() < 0.05
-                    else "tests_fail"
-                    if fails_first
-                    else "tests_pass",
+                    "tests_timeout" if rng.random() < 0.05 else "tests_fail" if fails_first else "tests_pass",
                 ]
             if fails_first and (success or rng.random() < 0.3):
                 steps.append("patch_tests_pass" if success else "patch_tests_fail")
@@ -982,32 +967,24 @@ class Simulator:
         if key == "c_write":
             self.n_writes += 1
             if self.n_writes in SECRET_WRITES:
-                content = (
-                    f'GITHUB_TOKEN = "{SECRET_GITHUB}"  # TODO: read from env\n' + raw["test_file"]
-                )
+                content = f'GITHUB_TOKEN = "{SECRET_GITHUB}"  # TODO: read from env\n' + raw["test_file"]
                 return pool.completion(
-                    "Adding a regression test.\n"
-                    + call_text("write_file", {"path": raw["tpath"], "content": content})
+                    "Adding a regression test.\n" + call_text("write_file", {"path": raw["tpath"], "content": content})
                 )
         elif key == "c_shell":
             self.n_shells += 1
             if self.n_shells in SECRET_SHELLS:
                 cmd = f"git clone {SECRET_URL} /tmp/api && cd /tmp/api && {raw['repro']}"
                 return pool.completion(
-                    "Let me reproduce it on a clean checkout.\n"
-                    + call_text("run_shell", {"command": cmd})
+                    "Let me reproduce it on a clean checkout.\n" + call_text("run_shell", {"command": cmd})
                 )
         return pool.tasks[ti][key]
 
-    def episode(
-        self, s: Session, t: int, ti: int, user: Piece, history, first: bool, retry: bool
-    ) -> Episode:
+    def episode(self, s: Session, t: int, ti: int, user: Piece, history, first: bool, retry: bool) -> Episode:
         rng, pool, pol = self.rng, self.pool, s.policy
         self.n_episodes += 1
         episode_id = "ep_" + self.hex(64)
-        steps, success = self.plan(
-            pool.tasks[ti]["kind"], pol, rng.random() < pol.p_success, first, retry
-        )
+        steps, success = self.plan(pool.tasks[ti]["kind"], pol, rng.random() < pol.p_success, first, retry)
         # Turn 0 prompt: system, at most one earlier exchange (history is capped), the request.
         ids, msgs = [pool.system.ids], [pool.system.msg]
         if history:
@@ -1036,20 +1013,32 @@ class Simulator:
             self.feedback(s, "sample_id", sample_id, t, success, ("thumbs", "thumbs"))
         return Episode(episode_id, t, steps[-1], success, comp, edits)
 
-    def emit_completion(
-        self, s: Session, head: tuple, prompt: str, msgs: list, comp: Piece, call_ids: list
-    ) -> None:
+    def emit_completion(self, s: Session, head: tuple, prompt: str, msgs: list, comp: Piece, call_ids: list) -> None:
         """One completion line, pasted together from pre-rendered fragments (this is hot)."""
         episode_id, sample_id, turn, t, latency = head
         with_msgs = self.rng.random() < self.messages_share
         calls = zip(call_ids, comp.calls, strict=True)
-        self.emit(t, COMPLETION % (
-            self.hex(128), self.ts(t), s.session_id, episode_id, sample_id, turn, s.policy.version,
-            prompt, comp.ids, self.logprobs(comp.n),
-            ('"prompt_messages":[' + ",".join(msgs) + "],") if with_msgs else "",
-            comp.text_json, ",".join(CALL % (cid, c.name_json, c.args_json) for cid, c in calls),
-            latency, s.temperature,
-        ))  # fmt: skip
+        self.emit(
+            t,
+            COMPLETION
+            % (
+                self.hex(128),
+                self.ts(t),
+                s.session_id,
+                episode_id,
+                sample_id,
+                turn,
+                s.policy.version,
+                prompt,
+                comp.ids,
+                self.logprobs(comp.n),
+                ('"prompt_messages":[' + ",".join(msgs) + "],") if with_msgs else "",
+                comp.text_json,
+                ",".join(CALL % (cid, c.name_json, c.args_json) for cid, c in calls),
+                latency,
+                s.temperature,
+            ),
+        )
 
     def run_tools(
         self,
@@ -1066,9 +1055,7 @@ class Simulator:
         """Tool results of one turn, run one after the other; returns the end time and the
         tool messages the next prompt shows. Successful edits are noted for edit_outcome."""
         rng, task, results = self.rng, self.pool.tasks[ti], []
-        for (status, rkey, (lo, hi)), call, cid in zip(
-            STEPS[step][1], comp.calls, call_ids, strict=True
-        ):
+        for (status, rkey, (lo, hi)), call, cid in zip(STEPS[step][1], comp.calls, call_ids, strict=True):
             duration = rng.lognormvariate(8.6, 0.6) if rkey == "r_pass" else rng.uniform(lo, hi)
             t += int(duration) + 1
             error = "null" if status == OK else task[rkey].text_json  # the harness's reason
@@ -1091,9 +1078,7 @@ class Simulator:
                 results.append(task[rkey])
         return t, results
 
-    def feedback(
-        self, s: Session, key: str, target: str, t: int, success: bool, kinds: tuple[str, str]
-    ) -> None:
+    def feedback(self, s: Session, key: str, target: str, t: int, success: bool, kinds: tuple[str, str]) -> None:
         rng = self.rng
         good = success if rng.random() > 0.1 else not success  # users are noisy
         at = t + int(rng.uniform(2_000, 300_000))
@@ -1186,9 +1171,7 @@ class Writer:
                 break
             rows = sorted(self.buckets.pop(bucket))
             start = datetime.fromtimestamp(bucket * self.period / 1000, timezone.utc)
-            stem = start.strftime(
-                "events-%Y-%m-%dT%H-%M" if self.minute_names else "events-%Y-%m-%dT%H"
-            )
+            stem = start.strftime("events-%Y-%m-%dT%H-%M" if self.minute_names else "events-%Y-%m-%dT%H")
             path = self.out / f"{stem}.{self.fmt}"
             # Files are written by one background thread: file writes release the GIL, so the
             # disk works while the next hour is generated (writing is half the cost of a big log).
@@ -1219,9 +1202,7 @@ class Writer:
             schema = EVENTS.arrow  # the events contract: ts parsed to a UTC timestamp
             opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
             data = io.BytesIO(("\n".join(lines) + "\n").encode("utf-8"))
-            table = pj.read_json(
-                data, parse_options=opts, read_options=pj.ReadOptions(block_size=64 << 20)
-            )
+            table = pj.read_json(data, parse_options=opts, read_options=pj.ReadOptions(block_size=64 << 20))
             table = table.select(schema.names).replace_schema_metadata(schema.metadata)
             pq.write_table(table, path, compression="zstd")
         return path.stat().st_size
@@ -1273,10 +1254,7 @@ def otel_span(e: dict, rng: random.Random, trace_ids: dict) -> dict:
             "finish_reason": "tool_call" if calls else "stop",
         }
     ]
-    inputs = [
-        {"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]}
-        for m in e["prompt_messages"]
-    ]
+    inputs = [{"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]} for m in e["prompt_messages"]]
     attrs = [
         ("gen_ai.operation.name", "chat"),
         ("gen_ai.provider.name", "rlcycle"),
@@ -1366,9 +1344,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = ap.add_argument
-    add(
-        "--out", type=Path, required=True, help="output directory (its events-* files are replaced)"
-    )
+    add("--out", type=Path, required=True, help="output directory (its events-* files are replaced)")
     add("--episodes", type=int, default=2000, help="episodes to generate (default %(default)s)")
     add("--events", type=int, help="generate until this many event lines instead (benchmarks)")
     add("--seed", type=int, default=20261130, help="same seed, same bytes (default %(default)s)")
@@ -1397,10 +1373,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if (args.events is not None and args.events < 1) or args.episodes < 1:
         ap.error("--episodes and --events must be positive")
     if not (args.tokenizer / "tokenizer.json").is_file():
-        ap.error(
-            f"no tokenizer.json in {args.tokenizer} (build it: python scripts/make_tokenizer.py)"
-        )
-    return args  # fmt: skip
+        ap.error(f"no tokenizer.json in {args.tokenizer} (build it: python scripts/make_tokenizer.py)")
+    return args
 
 
 def generate(args: argparse.Namespace) -> dict:
@@ -1444,11 +1418,16 @@ def generate(args: argparse.Namespace) -> dict:
     n_spans = write_otel(pool, args.seed, t + HOUR_MS, args.otel) if args.otel else 0
     elapsed = time.perf_counter() - t0
     return {
-        "out": str(args.out), "files": len(writer.files), "events": writer.n_lines,
-        "episodes": sim.n_episodes, "mb": round(writer.n_bytes / 1e6, 1),
-        "seconds": round(elapsed, 1), "pool_seconds": round(t_pool, 1),
-        "events_per_s": round(writer.n_lines / elapsed), "otel_spans": n_spans,
-    }  # fmt: skip
+        "out": str(args.out),
+        "files": len(writer.files),
+        "events": writer.n_lines,
+        "episodes": sim.n_episodes,
+        "mb": round(writer.n_bytes / 1e6, 1),
+        "seconds": round(elapsed, 1),
+        "pool_seconds": round(t_pool, 1),
+        "events_per_s": round(writer.n_lines / elapsed),
+        "otel_spans": n_spans,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,23 +35,20 @@ SKIPPED = {"__pycache__", ".pytest_cache", ".DS_Store"}
 
 def _tree(root: Path) -> dict[str, bytes]:
     """Every file under `root` by its relative name (run leftovers skipped)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not SKIPPED.intersection(p.relative_to(root).parts)}  # fmt: skip
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not SKIPPED.intersection(p.relative_to(root).parts)
+    }
 
 
 def _event_slice(events_dir: Path) -> bytes:
-    lines = [
-        line
-        for f in sorted(events_dir.glob("*.jsonl"))
-        for line in f.read_bytes().splitlines(keepends=True)
-    ]
+    lines = [line for f in sorted(events_dir.glob("*.jsonl")) for line in f.read_bytes().splitlines(keepends=True)]
     order: dict[str, int] = {}
     sessions = [json.loads(line)["session_id"] for line in lines]
     for s in sessions:
         order.setdefault(s, len(order))
-    return b"".join(
-        line for line, s in zip(lines, sessions, strict=True) if order[s] % SESSION_STRIDE == 0
-    )
+    return b"".join(line for line, s in zip(lines, sessions, strict=True) if order[s] % SESSION_STRIDE == 0)
 
 
 def expected() -> dict[str, bytes]:
@@ -59,9 +56,7 @@ def expected() -> dict[str, bytes]:
     out = {f"tokenizer/{k}": v for k, v in _tree(SAMPLE / "tokenizer").items()}
     out["rewards.toml"] = (SAMPLE / "rewards.toml").read_bytes()
     for cluster in TASK_CLUSTERS:
-        out.update(
-            {f"tasks/{cluster}/{k}": v for k, v in _tree(SAMPLE / "tasks" / cluster).items()}
-        )
+        out.update({f"tasks/{cluster}/{k}": v for k, v in _tree(SAMPLE / "tasks" / cluster).items()})
     out["events/events.jsonl"] = _event_slice(SAMPLE / "events")
     return out
 
@@ -84,9 +79,7 @@ def write(want: dict[str, bytes]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--check", action="store_true", help="compare instead of writing; exit 1 on any difference"
-    )
+    ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on any difference")
     args = ap.parse_args(argv)
     want = expected()
     if args.check:

@@ -86,9 +86,7 @@ VERBS = (
     "render build apply resolve split flatten handle convert read write check count find remove "
     "add create delete sync export import encode decode serialize hash retry schedule dispatch"
 ).split()
-ADJS = (
-    "active pending valid raw clean total max min default current next last first new old".split()
-)
+ADJS = "active pending valid raw clean total max min default current next last first new old".split()
 PACKAGES = (
     "billing inventory auth api utils core cli ingest reports scheduler payments search users "
     "notifications storage analytics"
@@ -97,9 +95,7 @@ EXCEPTIONS = (
     "ValueError TypeError KeyError IndexError AttributeError ZeroDivisionError RuntimeError "
     "FileNotFoundError AssertionError ImportError NotImplementedError PermissionError"
 ).split()
-TOOLS = (
-    "read_file write_file apply_patch list_files search run_shell run_tests ask_user finish"
-).split()
+TOOLS = ("read_file write_file apply_patch list_files search run_shell run_tests ask_user finish").split()
 NAMES = "alice bob carol dave erin frank grace heidi ivan judy mallory oscar peggy trent".split()
 # Everyday English for the chat side, so merges also learn prose and not only identifiers.
 ENGLISH = (
@@ -219,9 +215,7 @@ def function_body(rng: random.Random, args: list[str]) -> list[str]:
             "        time.sleep(2 ** attempt)",
             'raise RuntimeError("gave up after retries")',
         ],
-        [
-            f"return sorted({a}, key=lambda {x}: ({x}.{y}, {x}.{var(rng)}), reverse={rng.choice(['True', 'False'])})"
-        ],
+        [f"return sorted({a}, key=lambda {x}: ({x}.{y}, {x}.{var(rng)}), reverse={rng.choice(['True', 'False'])})"],
         [
             f"if len({a}) > {rng.randint(2, 500)}:",
             f"    {a} = {a}[:{rng.randint(2, 500)}]",
@@ -240,20 +234,13 @@ def python_function(rng: random.Random) -> str:
     name = ident(rng)
     args = [var(rng) for _ in range(rng.randint(1, 3))]
     hints = [
-        rng.choice(
-            ["", ": str", ": int", ": list[dict]", ": dict[str, Any]", ": Path", ": float | None"]
-        )
-        for _ in args
+        rng.choice(["", ": str", ": int", ": list[dict]", ": dict[str, Any]", ": Path", ": float | None"]) for _ in args
     ]
     sig = ", ".join(a + h for a, h in zip(args, hints, strict=True))
-    ret = rng.choice(
-        ["", " -> int", " -> list", " -> dict", " -> str", " -> bool", " -> None", " -> float"]
-    )
+    ret = rng.choice(["", " -> int", " -> list", " -> dict", " -> str", " -> bool", " -> None", " -> float"])
     lines = [f"def {name}({sig}){ret}:"]
     if rng.random() < 0.6:
-        lines.append(
-            f'    """{rng.choice(VERBS).capitalize()} the {rng.choice(NOUNS)} of each {rng.choice(NOUNS)}."""'
-        )
+        lines.append(f'    """{rng.choice(VERBS).capitalize()} the {rng.choice(NOUNS)} of each {rng.choice(NOUNS)}."""')
     lines += ["    " + ln for ln in function_body(rng, args)]
     return "\n".join(lines) + "\n"
 
@@ -269,9 +256,7 @@ def python_class(rng: random.Random) -> str:
             for f in fields
         ]
     else:
-        lines += [
-            f"class {name}({rng.choice(['', 'Base', 'Exception', 'Protocol'])}):".replace("()", "")
-        ]
+        lines += [f"class {name}({rng.choice(['', 'Base', 'Exception', 'Protocol'])}):".replace("()", "")]
         lines += [f"    def __init__(self, {', '.join(fields)}):"]
         lines += [f"        self.{f} = {f}" for f in fields]
     for _ in range(rng.randint(1, 2)):
@@ -358,13 +343,9 @@ def unified_diff(rng: random.Random) -> str:
     before = python_function(rng).splitlines()
     after = list(before)
     k = rng.randrange(1, len(after))
-    after[k] = after[k].replace("None", "0").replace(">", ">=").replace("[0]", "[-1]") + rng.choice(
-        ["", "  # fixed"]
-    )
+    after[k] = after[k].replace("None", "0").replace(">", ">=").replace("[0]", "[-1]") + rng.choice(["", "  # fixed"])
     if rng.random() < 0.5:
-        after.insert(
-            k, after[k][: len(after[k]) - len(after[k].lstrip())] + f"if {var(rng)} is None:"
-        )
+        after.insert(k, after[k][: len(after[k]) - len(after[k].lstrip())] + f"if {var(rng)} is None:")
     start = rng.randint(1, 200)
     out = [f"--- a/{path}", f"+++ b/{path}", f"@@ -{start},{len(before)} +{start},{len(after)} @@"]
     i = j = 0
@@ -401,8 +382,7 @@ def shell_output(rng: random.Random) -> str:
         return f"$ git status\nOn branch {rng.choice(['main', 'fix/' + ident(rng), 'feature/' + var(rng)])}\nChanges not staged for commit:\n{files}\n"
     if kind == 2:
         return f'$ grep -rn "{ident(rng)}" src/\n' + "".join(
-            f"{src_path(rng)}:{rng.randint(1, 300)}:    {ident(rng)}({var(rng)})\n"
-            for _ in range(rng.randint(1, 5))
+            f"{src_path(rng)}:{rng.randint(1, 300)}:    {ident(rng)}({var(rng)})\n" for _ in range(rng.randint(1, 5))
         )
     if kind == 3:
         return (
@@ -429,9 +409,7 @@ def shell_output(rng: random.Random) -> str:
             + "\n"
         )
     if kind == 4:
-        pkg = rng.choice(
-            ["requests", "numpy", "pydantic", "httpx", "sqlalchemy", "pytest", "rich", "click"]
-        )
+        pkg = rng.choice(["requests", "numpy", "pydantic", "httpx", "sqlalchemy", "pytest", "rich", "click"])
         return f"$ pip install {pkg}\nCollecting {pkg}\n  Downloading {pkg}-{rng.randint(1, 3)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}-py3-none-any.whl ({rng.randint(20, 900)} kB)\nSuccessfully installed {pkg}\n"
     if kind == 5:
         return "".join(
@@ -514,9 +492,7 @@ def tool_call(rng: random.Random) -> str:
         "read_file": lambda: {"path": src_path(rng)},
         "write_file": lambda: {"path": test_path(rng), "content": pytest_file(rng)},
         "apply_patch": lambda: {"path": src_path(rng), "patch": unified_diff(rng)},
-        "list_files": lambda: {
-            "path": rng.choice(["src", "tests", ".", "src/" + rng.choice(PACKAGES)])
-        },
+        "list_files": lambda: {"path": rng.choice(["src", "tests", ".", "src/" + rng.choice(PACKAGES)])},
         "search": lambda: {"pattern": ident(rng), "path": rng.choice(["src", "."])},
         "run_shell": lambda: {
             "command": rng.choice(
@@ -557,10 +533,7 @@ def chat(rng: random.Random) -> str:
     else:
         msgs.append(("assistant", fill(rng, rng.choice(EXPLANATIONS))))
     msgs.append(("user", fill(rng, rng.choice(FOLLOWUPS))))
-    return (
-        "".join(f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in msgs)
-        + "<|endoftext|>"
-    )
+    return "".join(f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in msgs) + "<|endoftext|>"
 
 
 def prose(rng: random.Random) -> str:
@@ -652,9 +625,7 @@ def save(tok: Tokenizer, out: Path) -> None:
         "model_max_length": MODEL_MAX_LENGTH,
         "padding_side": "left",
         "added_tokens_decoder": added_tokens_decoder(),
-        "additional_special_tokens": [
-            t for t in SPECIAL_TOKENS if t not in NON_SPECIAL and t not in specials.values()
-        ],
+        "additional_special_tokens": [t for t in SPECIAL_TOKENS if t not in NON_SPECIAL and t not in specials.values()],
         "chat_template": CHAT_TEMPLATE,
     }
     files = {
@@ -663,9 +634,7 @@ def save(tok: Tokenizer, out: Path) -> None:
         "special_tokens_map.json": specials,
     }
     for name, obj in files.items():
-        text = (
-            json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=name != "tokenizer.json") + "\n"
-        )
+        text = json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=name != "tokenizer.json") + "\n"
         (out / name).write_text(text, encoding="utf-8")
 
 
@@ -687,9 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help="output directory (default: %(default)s)"
-    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=SEED, help="corpus seed (default: %(default)s)")
     parser.add_argument(
         "--check",
@@ -705,8 +672,7 @@ def main(argv: list[str] | None = None) -> int:
         differ = [
             n
             for n in OUTPUT_FILES
-            if not (args.out / n).exists()
-            or not filecmp.cmp(Path(tmp) / n, args.out / n, shallow=False)
+            if not (args.out / n).exists() or not filecmp.cmp(Path(tmp) / n, args.out / n, shallow=False)
         ]
     if differ:
         print(f"Error: {args.out} differs from a fresh build: {', '.join(differ)}", file=sys.stderr)

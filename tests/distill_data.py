@@ -28,21 +28,46 @@ def call(name: str, status: str | None = "ok") -> dict:
 def sample(sid: str, ep: str, turn: int, **kw) -> dict:
     """One sample; keyword arguments override the defaults below (trajectory column names)."""
     row = {
-        "sample_id": sid, "episode_id": ep, "session_id": "s1", "turn": turn,
-        "policy_version": "pa", "ts": T0 + turn * 1000,
-        "prompt_ids": [1, 2, 3], "completion_ids": [7, 8], "behavior_logprobs": [-0.5, -0.25],
-        "tool_calls": [], "n_invalid_tool_calls": 0, "n_tool_errors": 0,
-        "edit_lines_proposed": None, "edit_lines_surviving": None, "edit_outcomes_missing": 0,
-        "followup_text": None, "feedback": None, "feedback_scope": None, "feedback_kind": None,
-        "latency_ms": 1000.0, "is_final_turn": False, "temperature": 1.0, "n_turns": 1,
-    }  # fmt: skip
+        "sample_id": sid,
+        "episode_id": ep,
+        "session_id": "s1",
+        "turn": turn,
+        "policy_version": "pa",
+        "ts": T0 + turn * 1000,
+        "prompt_ids": [1, 2, 3],
+        "completion_ids": [7, 8],
+        "behavior_logprobs": [-0.5, -0.25],
+        "tool_calls": [],
+        "n_invalid_tool_calls": 0,
+        "n_tool_errors": 0,
+        "edit_lines_proposed": None,
+        "edit_lines_surviving": None,
+        "edit_outcomes_missing": 0,
+        "followup_text": None,
+        "feedback": None,
+        "feedback_scope": None,
+        "feedback_kind": None,
+        "latency_ms": 1000.0,
+        "is_final_turn": False,
+        "temperature": 1.0,
+        "n_turns": 1,
+    }
     row.update(kw)
-    row["n_invalid_tool_calls"] = kw.get("n_invalid_tool_calls", sum(c["status"] == "invalid" for c in row["tool_calls"]))
+    row["n_invalid_tool_calls"] = kw.get(
+        "n_invalid_tool_calls", sum(c["status"] == "invalid" for c in row["tool_calls"])
+    )
     return row
 
 
-def episode(ep: str, turns: list[dict] | int = 1, start: int = T0, followup: str | None = None,
-            feedback: float | None = None, prompt: list[int] | None = None, **shared) -> list[dict]:  # fmt: skip
+def episode(
+    ep: str,
+    turns: list[dict] | int = 1,
+    start: int = T0,
+    followup: str | None = None,
+    feedback: float | None = None,
+    prompt: list[int] | None = None,
+    **shared,
+) -> list[dict]:
     """The samples of one episode: `turns` is a count or one dict of overrides per turn."""
     per_turn = [{} for _ in range(turns)] if isinstance(turns, int) else turns
     rows = []
@@ -52,10 +77,18 @@ def episode(ep: str, turns: list[dict] | int = 1, start: int = T0, followup: str
             kw.setdefault("prompt_ids", prompt)
         if feedback is not None and "feedback" not in extra:
             kw.update(feedback=feedback, feedback_scope="episode", feedback_kind="thumbs")
-        rows.append(sample(
-            f"{ep}-t{t}", ep, t, ts=start + t * 1000, followup_text=followup,
-            is_final_turn=t == len(per_turn) - 1, n_turns=len(per_turn), **kw,
-        ))  # fmt: skip
+        rows.append(
+            sample(
+                f"{ep}-t{t}",
+                ep,
+                t,
+                ts=start + t * 1000,
+                followup_text=followup,
+                is_final_turn=t == len(per_turn) - 1,
+                n_turns=len(per_turn),
+                **kw,
+            )
+        )
     return rows
 
 

@@ -206,14 +206,8 @@ def test_generate_batch_with_the_tiny_model_matches_unbatched_generation(tmp_pat
 
     path = model_init.run(model_init.InitModelConfig(seed=0), tmp_path / "m").path
     policy = HFPolicy.from_pretrained(path, HFPolicyConfig(num_threads=1))
-    prompts = [
-        policy.tokenizer(t, add_special_tokens=False)["input_ids"]
-        for t in ("def f(x):", "Fix app.py", "x")
-    ]
-    params = [
-        SamplingParams(max_new_tokens=6, temperature=t, seed=s)
-        for t, s in ((1.0, 1), (0.7, 2), (0.0, None))
-    ]
+    prompts = [policy.tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("def f(x):", "Fix app.py", "x")]
+    params = [SamplingParams(max_new_tokens=6, temperature=t, seed=s) for t, s in ((1.0, 1), (0.7, 2), (0.0, None))]
     run = Gated(inner=generate_batch(policy))
     b = Batcher(run, max_batch_size=8, batch_wait_ms=0)
     hold_first(run, b, first=(prompts[0], params[0]))

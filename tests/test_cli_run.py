@@ -84,8 +84,9 @@ def test_unexpected_errors_and_interrupts(cli, tmp_path, monkeypatch):
     monkeypatch.setattr(rlcycle.inspect, "run", boom)
     r = cli(["inspect", tmp_path / "x.arrow"])
     assert r.exit_code == 1
-    assert r.stderr == ("Error: unexpected ZeroDivisionError: boom\n"
-                        "Hint: rerun with RLCYCLE_DEBUG=1 for a traceback, and report it.\n")  # fmt: skip
+    assert r.stderr == (
+        "Error: unexpected ZeroDivisionError: boom\nHint: rerun with RLCYCLE_DEBUG=1 for a traceback, and report it.\n"
+    )
     with pytest.raises(ZeroDivisionError):
         cli(["inspect", tmp_path / "x.arrow"], env={"RLCYCLE_DEBUG": "1"})
 
@@ -115,9 +116,16 @@ def _closed_stdout(args) -> subprocess.CompletedProcess:
         os.close(write)
 
 
-@pytest.mark.parametrize("args", [["inspect", "{big}", "--head", "2000"], ["inspect", "{big}", "--json"],
-                                  ["--help"], ["collect", "{events}", "-o", "-", "-q"]],
-                         ids=["inspect", "inspect-json", "help", "collect-arrow-stream"])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["inspect", "{big}", "--head", "2000"],
+        ["inspect", "{big}", "--json"],
+        ["--help"],
+        ["collect", "{events}", "-o", "-", "-q"],
+    ],
+    ids=["inspect", "inspect-json", "help", "collect-arrow-stream"],
+)
 def test_a_closed_stdout_exits_quietly(args, big_arrow, tmp_path):
     events = write_jsonl(tmp_path / "ev.jsonl", many(6))
     argv = [a.format(big=big_arrow, events=events) for a in args]

@@ -19,10 +19,18 @@ from rlcycle.report.closed_loop import ab_cells, loop_metrics
 # --- the metrics, by hand ---------------------------------------------------------------------
 
 CALL = pl.Struct({"call_id": pl.String, "name": pl.String, "arguments": pl.String, "status": pl.String})
-SCHEMA = {"session_id": pl.String, "episode_id": pl.String, "policy_version": pl.String,
-          "latency_ms": pl.Float64, "n_invalid_tool_calls": pl.Int32, "edit_lines_proposed": pl.Int32,
-          "edit_lines_surviving": pl.Int32, "followup_text": pl.String, "tool_calls": pl.List(CALL),
-          "completion_ids": pl.List(pl.Int32)}  # fmt: skip
+SCHEMA = {
+    "session_id": pl.String,
+    "episode_id": pl.String,
+    "policy_version": pl.String,
+    "latency_ms": pl.Float64,
+    "n_invalid_tool_calls": pl.Int32,
+    "edit_lines_proposed": pl.Int32,
+    "edit_lines_surviving": pl.Int32,
+    "followup_text": pl.String,
+    "tool_calls": pl.List(CALL),
+    "completion_ids": pl.List(pl.Int32),
+}
 ASK = [{"call_id": "c0", "name": "ask_user", "arguments": "{}", "status": "ok"}]
 READ = [{"call_id": "c0", "name": "read_file", "arguments": "{}", "status": "ok"}]
 ROWS = [
@@ -33,7 +41,18 @@ ROWS = [
     ("s2", "e2", "A", 300.0, 0, 4, 4, "thanks, works", READ, [5, 6]),
     # s3: a clarifying question (its follow-up is an answer: left out), then an episode with an
     # edit whose outcome has not arrived (left out of persistence) and a complaint
-    ("s3", "e3a", "A", 400.0, 1, None, None, "I already said what I want. Please just make the change.", ASK, [7, 8, 9, 10]),
+    (
+        "s3",
+        "e3a",
+        "A",
+        400.0,
+        1,
+        None,
+        None,
+        "I already said what I want. Please just make the change.",
+        ASK,
+        [7, 8, 9, 10],
+    ),
     ("s3", "e3b", "A", 600.0, 0, 2, None, "you didn't change anything?", READ, [11, 12]),
     # version B: one session, no edit, no follow-up
     ("s4", "e4", "B", 50.0, 0, None, None, None, [], [1, 2, 3, 4, 5]),
@@ -68,8 +87,15 @@ def test_online_metrics_on_a_hand_made_table():
     # s3 asked in one of its two episodes: 1 of 4 episodes, three sessions
     assert a["clarification_rate"].value == pytest.approx(1 / 4) and a["clarification_rate"].units == 3
     assert a["dissatisfied_truth"].value == pytest.approx(2 / 3)
-    assert a["counts"] == {"sessions": 3, "episodes": 4, "samples": 5, "followups": 3, "asked": 1,
-                           "edits_with_outcome": 2, "complaints_missed": 0}  # fmt: skip
+    assert a["counts"] == {
+        "sessions": 3,
+        "episodes": 4,
+        "samples": 5,
+        "followups": 3,
+        "asked": 1,
+        "edits_with_outcome": 2,
+        "complaints_missed": 0,
+    }
     b = m["B"]
     assert b["edit_persistence"].value is None and b["dissatisfied_rate"].value is None
     assert b["latency_ms"].value == 50.0 and b["latency_ms"].low is None  # one session: no interval
@@ -81,7 +107,10 @@ def test_online_metrics_on_a_hand_made_table():
 def test_differences_and_calls():
     # Newcombe (1998), example (a): 56/70 vs 48/80 -> +0.2000 [0.0524, 0.3339]
     d = stats.difference(stats.wilson(48, 80), stats.wilson(56, 70))
-    assert d.value == pytest.approx(0.2) and (d.low, d.high) == (pytest.approx(0.0524, abs=1e-4), pytest.approx(0.3339, abs=1e-4))
+    assert d.value == pytest.approx(0.2) and (d.low, d.high) == (
+        pytest.approx(0.0524, abs=1e-4),
+        pytest.approx(0.3339, abs=1e-4),
+    )
     assert ab.call(d, -1) == "worse" and ab.call(d, +1) == "better" and ab.call(d, 0) == "changed"
     # ratios: independent arms, SEs combined
     a = stats.ratio_estimate([100.0, 300.0], [1, 1])  # 200, SE sqrt(2 * 2 * 100^2) / 2 = 100
@@ -132,8 +161,11 @@ def test_paired_online_differences_join_on_the_session():
     sessions only one side served."""
     from rlcycle import online
 
-    rows_a = [("s1", "e1", "A", 100.0, 0, 10, 5, None, READ, [1]), ("s2", "e2", "A", 100.0, 1, 4, 0, None, READ, [1]),
-              ("s9", "e9", "A", 100.0, 0, 4, 4, None, READ, [1])]
+    rows_a = [
+        ("s1", "e1", "A", 100.0, 0, 10, 5, None, READ, [1]),
+        ("s2", "e2", "A", 100.0, 1, 4, 0, None, READ, [1]),
+        ("s9", "e9", "A", 100.0, 0, 4, 4, None, READ, [1]),
+    ]
     rows_b = [("s1", "f1", "B", 100.0, 0, 10, 10, None, READ, [1]), ("s2", "f2", "B", 100.0, 0, 4, 4, None, READ, [1])]
     fa, fb = (online.episode_facts(pl.DataFrame(r, schema=SCHEMA, orient="row")) for r in (rows_a, rows_b))
     diffs, matched = online.paired_differences(fa, fb)
@@ -186,9 +218,22 @@ def test_user_verdict_is_the_hidden_tests_verdict():
 
 # --- two cycles through the real CLI ------------------------------------------------------------
 
-TINY = ["--set", "simulate.max_new_tokens=8", "--set", "simulate.max_turns=1", "--set", "train.max_steps=1",
-        "--set", "eval.max_tasks=5", "--set", "eval.max_new_tokens=8", "--set", "eval.max_turns=1",
-        "--set", "eval.max_latency_ratio=5.0"]  # fmt: skip
+TINY = [
+    "--set",
+    "simulate.max_new_tokens=8",
+    "--set",
+    "simulate.max_turns=1",
+    "--set",
+    "train.max_steps=1",
+    "--set",
+    "eval.max_tasks=5",
+    "--set",
+    "eval.max_new_tokens=8",
+    "--set",
+    "eval.max_turns=1",
+    "--set",
+    "eval.max_latency_ratio=5.0",
+]
 
 
 @pytest.mark.docker
@@ -199,8 +244,25 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
     start = tmp_path / "start"
     assert cli(["init-model", "-o", str(start)]).exit_code == 0
     root = tmp_path / "loop"
-    code = loop.main(["--arms", "treatment", "--cycles", "2", "--episodes", "4", "--measure-episodes", "4",
-                      "--start", str(start), "--out", str(root), "--json", "-q", *TINY])  # fmt: skip
+    code = loop.main(
+        [
+            "--arms",
+            "treatment",
+            "--cycles",
+            "2",
+            "--episodes",
+            "4",
+            "--measure-episodes",
+            "4",
+            "--start",
+            str(start),
+            "--out",
+            str(root),
+            "--json",
+            "-q",
+            *TINY,
+        ]
+    )
     experiment = json.loads(capsys.readouterr().out)
     report = experiment["arms"]["treatment"]
     out = root / "treatment"
@@ -226,8 +288,15 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
     # v0 measured on the measure traffic: the same four sessions as the last version's
     record = json.loads((root / "runs.json").read_text())
     assert [c["name"] for c in record["v0"]["cycles"]] == ["measure"]
-    keys = [pl.read_ipc(root / run / "measure" / "collect" / "trajectories.arrow")
-            .pipe(paired.pair_key).get_column("session_id").unique().sort().to_list() for run in ("v0", "treatment")]  # fmt: skip
+    keys = [
+        pl.read_ipc(root / run / "measure" / "collect" / "trajectories.arrow")
+        .pipe(paired.pair_key)
+        .get_column("session_id")
+        .unique()
+        .sort()
+        .to_list()
+        for run in ("v0", "treatment")
+    ]
     assert keys[0] == keys[1] and len(keys[0]) == 4  # the same sessions under other run prefixes
     last = "/".join(experiment["last"]["treatment"])
     assert experiment["paired"] == {last.replace("/", " "): 4}
@@ -249,12 +318,25 @@ def test_user_verdict_matches_simulates_pass_count(cli, tmp_path, docker_client)
     from rlcycle.report.closed_loop import with_user_verdict
 
     events, traj = tmp_path / "ev.jsonl", tmp_path / "traj.arrow"
-    r = cli(["simulate", "--policy", "scripted:reference", "--tasks", str(REPO / "sample_data" / "tasks"),
-             "--episodes", "6", "-o", str(events), "--json"])  # fmt: skip
+    r = cli(
+        [
+            "simulate",
+            "--policy",
+            "scripted:reference",
+            "--tasks",
+            str(REPO / "sample_data" / "tasks"),
+            "--episodes",
+            "6",
+            "-o",
+            str(events),
+            "--json",
+        ]
+    )
     assert r.exit_code == 0, r.error
     sim = json.loads(r.stdout)
     assert cli(["collect", str(events), "-o", str(traj), "-q"]).exit_code == 0
-    verdicts = with_user_verdict(pl.read_ipc(traj)).group_by("session_id").agg(pl.col("tests_passed").drop_nulls().last())
+    verdicts = (
+        with_user_verdict(pl.read_ipc(traj)).group_by("session_id").agg(pl.col("tests_passed").drop_nulls().last())
+    )
     assert verdicts.height == sim["episodes"] - sim["errors"]
     assert int(verdicts.get_column("tests_passed").sum()) == sim["passed"] > 0
-

@@ -62,7 +62,10 @@ def test_outputs_read_back_by_polars_and_duckdb(cli, tmp_path):
 
 def test_stdin_in_and_stream_out(cli, tmp_path):
     lines = "".join(json.dumps(e) + "\n" for e in many(4))
-    r = cli(["collect", "-", "-o", "-", "--as-of", AS_OF, "--quiet", "--quarantine", tmp_path / "q.jsonl"], input=lines.encode())
+    r = cli(
+        ["collect", "-", "-o", "-", "--as-of", AS_OF, "--quiet", "--quarantine", tmp_path / "q.jsonl"],
+        input=lines.encode(),
+    )
     assert r.exit_code == 0, r.error
     table = pa.ipc.open_stream(r.stdout_bytes).read_all()
     assert table.num_rows == sum(1 for e in many(4) if e["type"] == "completion")
@@ -126,8 +129,14 @@ def test_dedupes_by_event_id_and_counts(cli, tmp_path):
 
 def test_redacts_secrets_and_counts(cli, tmp_path):
     evs = episode("ep1", followup="my key is sk-abcdefghijklmnopqrstuvwxyz123456, mail a@b.io")
-    evs[0]["tool_calls"][0]["arguments"] = json.dumps({"path": "x", "content": "url = 'https://u:hunter2@db.example.com'"})
-    src = write_jsonl(tmp_path / "ev.jsonl", evs, ['{"event_id": "bad", "type": "completion", "text": "ghp_abcdefghijklmnopqrstuvwxyz0123456789AB"'])
+    evs[0]["tool_calls"][0]["arguments"] = json.dumps(
+        {"path": "x", "content": "url = 'https://u:hunter2@db.example.com'"}
+    )
+    src = write_jsonl(
+        tmp_path / "ev.jsonl",
+        evs,
+        ['{"event_id": "bad", "type": "completion", "text": "ghp_abcdefghijklmnopqrstuvwxyz0123456789AB"'],
+    )
     r = collect(cli, src, "-o", tmp_path / "t.arrow", "--json")
     s = json.loads(r.stdout)
     assert s["redactions"] == {"email": 1, "github_token": 1, "openai_key": 1, "url_password": 1}
@@ -138,7 +147,10 @@ def test_redacts_secrets_and_counts(cli, tmp_path):
 
 def test_otel_spans_become_completions(cli, tmp_path):
     span = {
-        "traceId": "t1", "spanId": "sp1", "name": "chat m", "startTimeUnixNano": str(T0 * 1_000_000),
+        "traceId": "t1",
+        "spanId": "sp1",
+        "name": "chat m",
+        "startTimeUnixNano": str(T0 * 1_000_000),
         "endTimeUnixNano": str((T0 + 250) * 1_000_000),
         "attributes": [
             {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
@@ -149,8 +161,13 @@ def test_otel_spans_become_completions(cli, tmp_path):
             {"key": "rlcycle.completion_ids", "value": {"arrayValue": {"values": [{"intValue": "3"}]}}},
             {"key": "rlcycle.completion_logprobs", "value": {"arrayValue": {"values": [{"doubleValue": -0.5}]}}},
         ],
-    }  # fmt: skip
-    tool_span = {"traceId": "t1", "spanId": "sp2", "name": "execute_tool", "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}}]}
+    }
+    tool_span = {
+        "traceId": "t1",
+        "spanId": "sp2",
+        "name": "execute_tool",
+        "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}}],
+    }
     doc = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {"name": "x"}, "spans": [span, tool_span]}]}]}
     (tmp_path / "spans.json").write_text(json.dumps(doc, indent=2))
     r = collect(cli, tmp_path / "spans.json", "-o", tmp_path / "t.arrow", "--json")

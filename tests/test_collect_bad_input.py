@@ -14,14 +14,35 @@ AS_OF = "2026-12-02T00:00:00Z"
 
 BAD_LINES = {
     "malformed": ('{"event_id": "x1", "type": ', "malformed JSON"),
-    "wrong_type": ('{"event_id": "x2", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "episode_id": "e", "sample_id": "q", "turn": "first", "policy_version": "p", "completion_ids": [1]}', "field 'turn': expected an integer"),
-    "wrong_list": ('{"event_id": "x3", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "completion_ids": ["a", "b"]}', "field 'completion_ids': expected a list of a 32-bit integer"),
-    "unknown_type": ('{"event_id": "x4", "type": "telemetry", "ts": "2026-11-30T10:00:00Z", "session_id": "s"}', "unknown event type 'telemetry'"),
-    "missing_key": ('{"event_id": "x5", "type": "tool_result", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "sample_id": "q"}', "tool_result: missing call_id"),
-    "missing_ts": ('{"event_id": "x6", "type": "user_message", "session_id": "s", "episode_id": "e", "text": "hi"}', "missing ts"),
-    "bad_ts": ('{"event_id": "x7", "type": "user_message", "ts": 1764496800, "session_id": "s", "episode_id": "e", "text": "hi"}', "outside 2000–2100"),
+    "wrong_type": (
+        '{"event_id": "x2", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "episode_id": "e", "sample_id": "q", "turn": "first", "policy_version": "p", "completion_ids": [1]}',
+        "field 'turn': expected an integer",
+    ),
+    "wrong_list": (
+        '{"event_id": "x3", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "completion_ids": ["a", "b"]}',
+        "field 'completion_ids': expected a list of a 32-bit integer",
+    ),
+    "unknown_type": (
+        '{"event_id": "x4", "type": "telemetry", "ts": "2026-11-30T10:00:00Z", "session_id": "s"}',
+        "unknown event type 'telemetry'",
+    ),
+    "missing_key": (
+        '{"event_id": "x5", "type": "tool_result", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "sample_id": "q"}',
+        "tool_result: missing call_id",
+    ),
+    "missing_ts": (
+        '{"event_id": "x6", "type": "user_message", "session_id": "s", "episode_id": "e", "text": "hi"}',
+        "missing ts",
+    ),
+    "bad_ts": (
+        '{"event_id": "x7", "type": "user_message", "ts": 1764496800, "session_id": "s", "episode_id": "e", "text": "hi"}',
+        "outside 2000–2100",
+    ),
     "not_object": ("[1, 2, 3]", "expected a JSON object"),
-    "logprob_len": ('{"event_id": "x8", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "episode_id": "e", "sample_id": "q", "turn": 0, "policy_version": "p", "completion_ids": [1, 2], "completion_logprobs": [-0.1]}', "1 completion_logprobs for 2 completion_ids"),
+    "logprob_len": (
+        '{"event_id": "x8", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "episode_id": "e", "sample_id": "q", "turn": 0, "policy_version": "p", "completion_ids": [1, 2], "completion_logprobs": [-0.1]}',
+        "1 completion_logprobs for 2 completion_ids",
+    ),
 }
 
 
@@ -191,7 +212,9 @@ DEEP_LINES = {
     "arrays": "[" * DEEP + "]" * DEEP,
     "objects": '{"a":' * DEEP + "1" + "}" * DEEP,
     "in_a_field": '{"event_id": "d", "type": "completion", "ts": "2026-11-30T10:00:00Z", "session_id": "s", "tool_calls": '
-    + "[" * DEEP + "]" * DEEP + "}",
+    + "[" * DEEP
+    + "]" * DEEP
+    + "}",
     "unclosed": "{" * DEEP,
 }
 
@@ -220,8 +243,10 @@ def _otel_line(spans) -> str:
 
 
 def test_deeply_nested_otel_is_quarantined_not_a_crash(cli, tmp_path):
-    attrs = [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
-             {"key": "gen_ai.output.messages", "value": {"stringValue": "[" * DEEP + "]" * DEEP}}]  # fmt: skip
+    attrs = [
+        {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+        {"key": "gen_ai.output.messages", "value": {"stringValue": "[" * DEEP + "]" * DEEP}},
+    ]
     deep_span = {"traceId": "t1", "spanId": "sp1", "name": "chat m", "attributes": attrs}
     deep_doc = '{"resourceSpans": ' + "[" * DEEP + "]" * DEEP + "}"
     src = tmp_path / "spans.jsonl"  # the collector's file exporter: one document per line

@@ -17,8 +17,10 @@ pytestmark = pytest.mark.docker
 
 
 # A lighter eval than the demo's, to keep the suite quick; the stages are the same.
-FAST = ("[cycle]\nsource = \"logs\"\n[cycle.eval]\nattempts = 1\nmax_tasks = 6\nmax_new_tokens = 16\nmax_turns = 2\n"
-        "sandboxes = 2\nmin_paired_tasks = 5\nlatency_noise_ms = 10000.0\n")  # fmt: skip
+FAST = (
+    '[cycle]\nsource = "logs"\n[cycle.eval]\nattempts = 1\nmax_tasks = 6\nmax_new_tokens = 16\nmax_turns = 2\n'
+    "sandboxes = 2\nmin_paired_tasks = 5\nlatency_noise_ms = 10000.0\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +36,12 @@ def cycle(cli, run_dir, fast, *extra):
 
 def sub_cycle(run_dir, home, fast, *extra, env_extra=None):
     env = dict(os.environ, RLCYCLE_HOME=str(home), **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "rlcycle", "cycle", "--run-dir", str(run_dir), "--config", str(fast),
-                           "-q", *extra], env=env, capture_output=True, text=True)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rlcycle", "cycle", "--run-dir", str(run_dir), "--config", str(fast), "-q", *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_full_cycle_then_rerun_is_cached(cli, tmp_path, docker_client, fast):
@@ -83,8 +89,10 @@ def test_a_crashed_cycle_resumes_to_the_same_result(tmp_path, docker_client, cra
 
 
 def test_a_second_cycle_is_refused_and_a_dead_holders_lock_is_taken_over(cli, tmp_path, rlcycle_home, fast):
-    code = ("import sys, time; from pathlib import Path; from rlcycle.cycle import CycleLock; "
-            "l = CycleLock(Path(sys.argv[1])); l.__enter__(); print('locked', flush=True); time.sleep(60)")  # fmt: skip
+    code = (
+        "import sys, time; from pathlib import Path; from rlcycle.cycle import CycleLock; "
+        "l = CycleLock(Path(sys.argv[1])); l.__enter__(); print('locked', flush=True); time.sleep(60)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code, str(rlcycle_home)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"

@@ -24,8 +24,15 @@ def make_ckpt(path, seed: int):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)  # fmt: skip
+    cfg = Qwen2Config(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+    )
     Qwen2ForCausalLM(cfg).save_pretrained(path)
     return path
 
@@ -37,7 +44,9 @@ def ckpts(tmp_path):
 
 def verdict(tmp_path, decision="accept", name="v.json", **extra):
     p = tmp_path / name
-    p.write_text(json.dumps({"decision": decision, "gates": [{"name": "pass_rate", "passed": decision == "accept"}], **extra}))
+    p.write_text(
+        json.dumps({"decision": decision, "gates": [{"name": "pass_rate", "passed": decision == "accept"}], **extra})
+    )
     return p
 
 
@@ -146,8 +155,14 @@ def _deploy(env, v, ckpt, crash_at=None, *extra):
 
 
 # crash point -> which checkpoint is production after the kill (of deploying ckpts[1] over ckpts[0])
-DEPLOY_CRASHES = {"copying": 0, "copied": 0, "before-state": 0, "after-state": 1,
-                  "before-state:promote": 0, "after-state:promote": 1}  # fmt: skip
+DEPLOY_CRASHES = {
+    "copying": 0,
+    "copied": 0,
+    "before-state": 0,
+    "after-state": 1,
+    "before-state:promote": 0,
+    "after-state:promote": 1,
+}
 
 
 @pytest.mark.parametrize("crash_at", sorted(DEPLOY_CRASHES))

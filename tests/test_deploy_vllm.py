@@ -48,8 +48,12 @@ def ckpts(tmp_path_factory):
     common = dict(batch_size=8, micro_batch_tokens=64, max_seq_len=64, save_every=0, epochs=3)
     lora = {"r": 4, "target_modules": "q_proj,v_proj"}
     out = {"base": base}
-    for name, seed, extra in (("v1", 1, {"lora": lora}), ("v2", 2, {"lora": lora}),
-                              ("v0", 1, {"lora": lora, "lr": 0.0}), ("full", 1, {"lr": 1e-3})):  # fmt: skip
+    for name, seed, extra in (
+        ("v1", 1, {"lora": lora}),
+        ("v2", 2, {"lora": lora}),
+        ("v0", 1, {"lora": lora, "lr": 0.0}),
+        ("full", 1, {"lr": 1e-3}),
+    ):
         ex = write_examples(
             root / f"{name}.arrow",
             base,
@@ -83,9 +87,7 @@ def _call(url, path, body=None, key=None):
         **({"Authorization": f"Bearer {key}"} if key else {}),
     }
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        url + path, data=data, headers=headers, method="GET" if body is None else "POST"
-    )
+    req = urllib.request.Request(url + path, data=data, headers=headers, method="GET" if body is None else "POST")
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             status, raw = r.status, r.read().decode()
@@ -104,8 +106,19 @@ def _models(url, key=KEY) -> list[str]:
 
 
 def _echo(url, model, ids, key=None):
-    status, body = _call(url, "/v1/completions", {"model": model, "prompt": ids, "max_tokens": 0, "echo": True,
-                                                  "logprobs": 1, "return_tokens_as_token_ids": True}, key)  # fmt: skip
+    status, body = _call(
+        url,
+        "/v1/completions",
+        {
+            "model": model,
+            "prompt": ids,
+            "max_tokens": 0,
+            "echo": True,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+        },
+        key,
+    )
     assert status == 200, body
     lp = body["choices"][0]["logprobs"]
     assert lp["token_logprobs"][0] is None and lp["tokens"] == [f"token_id:{t}" for t in ids]
@@ -126,9 +139,7 @@ def _cid(ckpt: Path) -> str:
 @pytest.fixture
 def inproc(ckpts):
     """`PolicyServer` with LoRA on (real HTTP on loopback), over the base."""
-    policy = HFPolicy.from_pretrained(
-        ckpts["base"], HFPolicyConfig(device="cpu", prefix_cache_tokens=4096)
-    )
+    policy = HFPolicy.from_pretrained(ckpts["base"], HFPolicyConfig(device="cpu", prefix_cache_tokens=4096))
     with PolicyServer(policy, ServeConfig(port=0, enable_lora=True, batch_wait_ms=50)) as srv:
         yield srv
 
@@ -144,12 +155,10 @@ def test_load_unload_contract_matches_vllm(inproc, ckpts, tmp_path):
         ("load", {"lora_name": "x", "lora_path": str(tmp_path / "nope")}, 404, "NotFoundError", "No adapter found"),
         ("unload", {"lora_name": "never-loaded"}, 404, "NotFoundError", "cannot be found"),
         ("unload", {}, 400, "InvalidUserInput", "needs to be provided"),
-    ]  # fmt: skip
+    ]
     for route, body, want, kind, words in cases:
         status, err = _call(url, f"/v1/{route}_lora_adapter", body)
-        assert (
-            status == want and err["error"]["type"] == kind and words in err["error"]["message"]
-        ), (body, err)
+        assert status == want and err["error"]["type"] == kind and words in err["error"]["message"], (body, err)
         assert err["error"]["code"] == want
     pickled = tmp_path / "pickled"
     pickled.mkdir()
@@ -161,9 +170,7 @@ def test_load_unload_contract_matches_vllm(inproc, ckpts, tmp_path):
     assert body["data"][1]["root"] == a1
     status, err = _call(url, "/v1/completions", {"model": "nope", "prompt": [5, 6]})
     assert (
-        status == 404
-        and err["error"]["type"] == "NotFoundError"
-        and "`nope` does not exist" in err["error"]["message"]
+        status == 404 and err["error"]["type"] == "NotFoundError" and "`nope` does not exist" in err["error"]["message"]
     )
     status, text = _call(url, "/v1/unload_lora_adapter", {"lora_name": "a1"})
     assert (status, text) == (200, "Success: LoRA adapter 'a1' removed successfully.")
@@ -200,16 +207,17 @@ def test_adapter_requests_are_served_by_base_plus_that_adapter(inproc, ckpts, lo
     for v in ("v1", "v2"):
         assert max_diff(_echo(url, v, probe), local[v].prompt_logprobs) < 1e-4
     assert _echo(url, "base", probe) == before
-    assert (
-        max_diff(local["v1"].prompt_logprobs, local["v2"].prompt_logprobs) > 5 * TOL
-    )  # they do differ
+    assert max_diff(local["v1"].prompt_logprobs, local["v2"].prompt_logprobs) > 5 * TOL  # they do differ
     # concurrent greedy requests for three models, batched together: each matches its own model
     # (the base's prefix cache holds the probe prompt from the echo above: it must not leak)
     results: dict[str, dict] = {}
 
     def ask(model):
-        results[model] = _call(url, "/v1/completions", {"model": model, "prompt": local["v1"].prompt, "max_tokens": 6,
-                                                        "temperature": 0, "logprobs": 1})[1]  # fmt: skip
+        results[model] = _call(
+            url,
+            "/v1/completions",
+            {"model": model, "prompt": local["v1"].prompt, "max_tokens": 6, "temperature": 0, "logprobs": 1},
+        )[1]
 
     threads = [threading.Thread(target=ask, args=(m,)) for m in ("base", "v1", "v2", "v1", "base")]
     for t in threads:
@@ -229,9 +237,7 @@ def test_prefix_cache_is_never_shared_across_adapters(inproc, ckpts, local):
     """Decode under an adapter after the base cached the same prompt: the adapter's own KV."""
     url, prompt = inproc.url, local["v2"].prompt
     body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "logprobs": 1}
-    assert (
-        _call(url, "/v1/completions", {**body, "model": "base"})[0] == 200
-    )  # now in the base's cache
+    assert _call(url, "/v1/completions", {**body, "model": "base"})[0] == 200  # now in the base's cache
     assert (
         _call(
             url,
@@ -253,11 +259,28 @@ def test_prefix_cache_is_never_shared_across_adapters(inproc, ckpts, local):
 def served(ckpts):
     """`rlcycle serve --enable-lora --api-key` on the base, in a subprocess; yields its URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlcycle", "serve", "--policy", str(ckpts["base"]), "--port", "0", "--json",
-         "--device", "cpu", "--enable-lora", "--prefix-cache-tokens", "4096"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "rlcycle",
+            "serve",
+            "--policy",
+            str(ckpts["base"]),
+            "--port",
+            "0",
+            "--json",
+            "--device",
+            "cpu",
+            "--enable-lora",
+            "--prefix-cache-tokens",
+            "4096",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
         env={**os.environ, "OMP_NUM_THREADS": "1", "RLCYCLE_SERVE_API_KEY": KEY},
-    )  # fmt: skip
+    )
     try:
         line = proc.stdout.readline()
         assert line, proc.stderr.read()
@@ -268,13 +291,13 @@ def served(ckpts):
 
 
 def _hook(url: str, *extra: str) -> str:
-    return shlex.join([sys.executable, "-m", "rlcycle.deploy.vllm", "--url", url, "--api-key-env", "SERVE_KEY",
-                       *extra])  # fmt: skip
+    return shlex.join([sys.executable, "-m", "rlcycle.deploy.vllm", "--url", url, "--api-key-env", "SERVE_KEY", *extra])
 
 
 def _deploy(cli, ckpt, url, *extra):
-    return cli(["deploy", ckpt, "--force", "--hook", _hook(url), "--set", "hook_timeout_s=300", *extra],
-               env={"SERVE_KEY": KEY})  # fmt: skip
+    return cli(
+        ["deploy", ckpt, "--force", "--hook", _hook(url), "--set", "hook_timeout_s=300", *extra], env={"SERVE_KEY": KEY}
+    )
 
 
 def test_deploy_v1_then_v2_loads_each_under_its_own_name(cli, ckpts, served):
@@ -331,9 +354,7 @@ def test_server_answering_with_the_previous_adapter_is_caught_and_rolled_back(cl
     assert status == 200
     r = _deploy(cli, ckpts["v2"], served)
     assert r.exit_code == 1, r.output
-    assert (
-        "serving hook failed" in r.error and "FAILED the probe" in r.error and "differ" in r.error
-    )
+    assert "serving hook failed" in r.error and "FAILED the probe" in r.error and "differ" in r.error
     assert Registry().aliases()["production"] == _cid(ckpts["v1"])  # moved back
     assert _models(served) == ["base", n1]  # the bad one unloaded, production's kept
     assert Registry().history().to_pylist()[-1]["action"] == "revert"
@@ -362,17 +383,16 @@ def test_wrong_key_is_refused_and_changes_nothing(cli, ckpts, served):
 def test_hook_standalone_reports_json_and_warns_when_the_probe_cannot_separate(ckpts, served):
     """A LoRA run with lr 0 equals the base: the check passes but says it proves little."""
     cmd = shlex.split(_hook(served, "--checkpoint", str(ckpts["v0"])))
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, env={**os.environ, "SERVE_KEY": KEY}, timeout=300
-    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "SERVE_KEY": KEY}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["passed"] and report["loaded"] and report["name"] == _name(_cid(ckpts["v0"]))
     assert report["prompt_max_diff"] < 1e-4 and report["decode_max_diff"] < 1e-4
     assert report["separation"]["base"]["max"] < 1e-4 and report["prompt_mean_diff"] < 1e-4
     assert "cannot tell this checkpoint from base" in proc.stderr
-    bad = subprocess.run([*cmd, "--tolerance", "0"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "SERVE_KEY": KEY})  # fmt: skip
+    bad = subprocess.run(
+        [*cmd, "--tolerance", "0"], capture_output=True, text=True, timeout=60, env={**os.environ, "SERVE_KEY": KEY}
+    )
     assert bad.returncode == 2 and "--tolerance" in bad.stderr
 
 
@@ -384,10 +404,7 @@ def gw_models(tmp_path_factory):
     from rlcycle import model_init
 
     root = tmp_path_factory.mktemp("gwkey")
-    return [
-        Path(model_init.run(model_init.InitModelConfig(seed=s), root / f"m{s}").path)
-        for s in (0, 1)
-    ]
+    return [Path(model_init.run(model_init.InitModelConfig(seed=s), root / f"m{s}").path) for s in (0, 1)]
 
 
 def test_http_hook_sends_the_bearer_key_the_gateway_checks(cli, gw_models, tmp_path, monkeypatch):
@@ -397,11 +414,7 @@ def test_http_hook_sends_the_bearer_key_the_gateway_checks(cli, gw_models, tmp_p
     r = cli(["registry", "add", gw_models[0], "--alias", "production"])
     assert r.exit_code == 0, r.output
     old = r.stdout.strip().splitlines()[-1]
-    running = start(
-        GatewayConfig(
-            log_dir=str(tmp_path / "logs"), port=0, api_key="gw-s3cret", watch_interval_s=0
-        )
-    )
+    running = start(GatewayConfig(log_dir=str(tmp_path / "logs"), port=0, api_key="gw-s3cret", watch_interval_s=0))
     try:
         hook = running.url + "/v1/rlcycle/reload"
         # no key: the gateway answers 401, deploy moves the alias back
@@ -415,9 +428,7 @@ def test_http_hook_sends_the_bearer_key_the_gateway_checks(cli, gw_models, tmp_p
         assert Registry().history().to_pylist()[-1]["action"] == "revert"  # nothing new recorded
         # the right key, from the named variable (never from the config): the reload happens
         monkeypatch.setenv("GW_KEY", "gw-s3cret")
-        r = cli(
-            ["deploy", gw_models[1], "--force", "--hook", hook, "--set", "hook_api_key_env=GW_KEY"]
-        )
+        r = cli(["deploy", gw_models[1], "--force", "--hook", hook, "--set", "hook_api_key_env=GW_KEY"])
         assert r.exit_code == 0, r.output
         new = running.gateway.models.describe()["checkpoint_id"]
         assert new != old and Registry().aliases()["production"] == new

@@ -36,8 +36,18 @@ def old_registry(root, ckpt, alias="production") -> str:
     import shutil
 
     shutil.copytree(ckpt, root / "checkpoints" / old_id)
-    entry = {"action": "register", "alias": alias, "checkpoint_id": old_id, "previous_id": None,
-             "verdict": None, "decision": None, "actor": "old@host", "note": None, "ts": 1.7e9, "seq": 1}  # fmt: skip
+    entry = {
+        "action": "register",
+        "alias": alias,
+        "checkpoint_id": old_id,
+        "previous_id": None,
+        "verdict": None,
+        "decision": None,
+        "actor": "old@host",
+        "note": None,
+        "ts": 1.7e9,
+        "seq": 1,
+    }
     (root / "state.json").write_text(json.dumps({"seq": 1, "aliases": {alias: old_id}, "canary": None, "last": entry}))
     return old_id
 
@@ -106,8 +116,9 @@ def test_an_old_lineage_file_still_orders_policy_versions(tmp_path):
     old_parent = digest.legacy_id(checkpoint_id(foreign))
     child = fake_ckpt(tmp_path / "child", 4)  # trained by an older version from that base
     child_id = C.content_id(child)
-    (child / "rlcycle.json").write_text(json.dumps({"id": child_id, "parent": old_parent,
-                                                    "lineage": [old_parent, child_id]}))  # fmt: skip
+    (child / "rlcycle.json").write_text(
+        json.dumps({"id": child_id, "parent": old_parent, "lineage": [old_parent, child_id]})
+    )
     base = C.read_base(child)
     assert base.id == child_id and base.lineage == [old_parent, child_id]
     # Events logged under the old id, or under the new id the foreign base now has, are one version.
@@ -173,7 +184,11 @@ def test_range_checks_say_the_range(cli, tmp_path):
     check_range(p, Cfg, "frac", gt=0, lt=1, optional=True)
     check_range(p, Cfg, "lr", ge=0, finite=True)
     check_range(p, Cfg, "cap", ge=1, optional=True)  # None passes
-    assert p == ["n=0: must be >= 1", "rate=nan: must be >= 1", "frac=1.0: must be in (0, 1) (or none)",
-                 "lr=inf: must be a finite number >= 0"]  # fmt: skip
+    assert p == [
+        "n=0: must be >= 1",
+        "rate=nan: must be >= 1",
+        "frac=1.0: must be in (0, 1) (or none)",
+        "lr=inf: must be a finite number >= 0",
+    ]
     r = cli(["deploy", fake_ckpt(tmp_path / "c", 5), "--force", "--canary", "1.5"])
     assert r.exit_code == 2 and "canary_fraction=1.5: must be in (0, 1) (or none)" in r.error

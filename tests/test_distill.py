@@ -14,10 +14,9 @@ from distill_data import T0, by_sample, call, dcli, distill, episode  # noqa: F4
 
 
 def test_edit_persistence(dcli, tmp_path):
-    rows = (
-        episode("e1", [{"edit_lines_proposed": 4, "edit_lines_surviving": 3}, {}])
-        + episode("e2", [{"edit_lines_proposed": 0, "edit_lines_surviving": 0}], start=T0 + 10_000)
-    )  # fmt: skip
+    rows = episode("e1", [{"edit_lines_proposed": 4, "edit_lines_surviving": 3}, {}]) + episode(
+        "e2", [{"edit_lines_proposed": 0, "edit_lines_surviving": 0}], start=T0 + 10_000
+    )
     df, rep = distill(dcli, tmp_path, rows, "[signals.edit_persistence]\nweight = 2.0\ncenter = 0.5\n")
     # e1-t0: 2 * (3/4 - 0.5) = 0.5; e1-t1 made no edit, e2-t0 proposed 0 lines: no value -> 0.
     assert by_sample(df, "part_edit_persistence") == {"e1-t0": 0.5, "e1-t1": 0.0, "e2-t0": 0.0}
@@ -32,7 +31,7 @@ def test_dissatisfied_followup_and_credit(dcli, tmp_path, credit):
         + episode("B", 1, followup="thanks, works", start=T0 + 10_000)
         # after a clarifying question the follow-up is an answer, not a complaint: skipped
         + episode("C", [{"tool_calls": [call("ask_user")]}], followup="no, 0 is fine", start=T0 + 20_000)
-    )  # fmt: skip
+    )
     df, rep = distill(dcli, tmp_path, rows, "[signals.dissatisfied_followup]\nweight = -1.0\n", "--credit", credit)
     parts = by_sample(df, "part_dissatisfied_followup")
     # all: every turn of A carries the complaint (-1); final: only A's last turn does.
@@ -46,7 +45,7 @@ def test_feedback_sample_scope_stays_on_its_sample(dcli, tmp_path):
     rows = episode("E", 2, feedback=-1.0) + episode(
         "S", [{"feedback": 1.0, "feedback_scope": "sample", "feedback_kind": "accept"}, {}], start=T0 + 10_000
     )
-    spec = "[signals.explicit_feedback]\nweight = 0.5\ncap = 1.0\ncredit = \"final\"\n"
+    spec = '[signals.explicit_feedback]\nweight = 0.5\ncap = 1.0\ncredit = "final"\n'
     df, _ = distill(dcli, tmp_path, rows, spec)
     # E: episode thumbs-down on the final turn only (0.5 * -1); S: the accept stays on S-t0.
     assert by_sample(df, "part_explicit_feedback") == {"E-t0": 0.0, "E-t1": -0.5, "S-t0": 0.5, "S-t1": 0.0}
@@ -57,9 +56,12 @@ def test_sample_penalties(dcli, tmp_path):
         episode("L", [{"latency_ms": 6500.0}, {"latency_ms": 100_000.0}])
         + episode("T", [{"completion_ids": [7, 8, 9, 10, 11], "behavior_logprobs": [-0.1] * 5}], start=T0 + 10_000)
         + episode("I", [{"tool_calls": [call("run_shell", "invalid"), call("x", "invalid")]}, {}], start=T0 + 20_000)
-        + episode("R", [{"tool_calls": [call("run_tests", "timeout"), call("read_file", "error")], "n_tool_errors": 2}],
-                  start=T0 + 30_000)
-    )  # fmt: skip
+        + episode(
+            "R",
+            [{"tool_calls": [call("run_tests", "timeout"), call("read_file", "error")], "n_tool_errors": 2}],
+            start=T0 + 30_000,
+        )
+    )
     spec = """
 [signals.latency]
 weight = -0.05
@@ -76,11 +78,16 @@ weight = -0.2
 """
     df, _ = distill(dcli, tmp_path, rows, spec)
     # latency: (6500 - 4000) / 1000 = 2.5 s * -0.05 = -0.125; 96 s clipped to 30 s -> -1.5.
-    assert by_sample(df, "part_latency") == pytest.approx({"L-t0": -0.125, "L-t1": -1.5, "T-t0": 0, "I-t0": 0, "I-t1": 0, "R-t0": 0})
+    assert by_sample(df, "part_latency") == pytest.approx(
+        {"L-t0": -0.125, "L-t1": -1.5, "T-t0": 0, "I-t0": 0, "I-t1": 0, "R-t0": 0}
+    )
     # tokens: (5 - 2) / 1 = 3 * -0.5 = -1.5; two-token completions are within budget.
     assert by_sample(df, "part_tokens")["T-t0"] == -1.5 and by_sample(df, "part_tokens")["L-t0"] == 0
     # invalid calls: -1 each on the sample that emitted them; never spread to I-t1 (credit all).
-    assert (by_sample(df, "part_invalid_tool_call")["I-t0"], by_sample(df, "part_invalid_tool_call")["I-t1"]) == (-2.0, 0.0)
+    assert (by_sample(df, "part_invalid_tool_call")["I-t0"], by_sample(df, "part_invalid_tool_call")["I-t1"]) == (
+        -2.0,
+        0.0,
+    )
     # a timeout and an error: 2 * -0.2.
     assert by_sample(df, "part_tool_errors")["R-t0"] == pytest.approx(-0.4)
     assert df.filter(df["sample_id"] == "I-t0")["excluded"].to_list() == [None]
@@ -98,8 +105,14 @@ def test_clarification_shaping(dcli, tmp_path):
     rows = (
         # s1: asked, answered, and the episode the answer started succeeded (edit kept, thanks)
         episode("Q", [{}, ask], followup="yes, inclusive", session_id="s1", prompt=[11])
-        + episode("N", [{"edit_lines_proposed": 4, "edit_lines_surviving": 4}], followup="thanks, works",
-                  session_id="s1", start=T0 + 60_000, prompt=[12])
+        + episode(
+            "N",
+            [{"edit_lines_proposed": 4, "edit_lines_surviving": 4}],
+            followup="thanks, works",
+            session_id="s1",
+            start=T0 + 60_000,
+            prompt=[12],
+        )
         # s2: the answer says the task was clear; the next episode then failed
         + episode("C", [ask], followup="as I said, just do it", session_id="s2", start=T0 + 1000, prompt=[13])
         + episode("D", 1, followup="that's wrong, it still fails", session_id="s2", start=T0 + 70_000, prompt=[14])
@@ -108,13 +121,21 @@ def test_clarification_shaping(dcli, tmp_path):
         # s4/s5: the same prompt was solved elsewhere without asking: the task was clear
         + episode("P1", [ask], followup="ok", prompt=[9, 9], session_id="s4", start=T0 + 3000)
         + episode("P2", 1, feedback=1.0, prompt=[9, 9], session_id="s5", start=T0 + 4000)
-    )  # fmt: skip
+    )
     df, rep = distill(dcli, tmp_path, rows, CLARIFY.format(target=1.0))
     parts = by_sample(df, "part_clarification")
     # Q: +0.5 (answered_success) on the asking turn only (credit final); C: clear -1;
     # U: nothing (0); P1: clear (peers) -1; episodes that did not ask have no value.
-    assert parts == {"Q-t0": 0.0, "Q-t1": 0.5, "N-t0": 0.0, "C-t0": -1.0, "D-t0": 0.0, "U-t0": 0.0,
-                     "P1-t0": -1.0, "P2-t0": 0.0}  # fmt: skip
+    assert parts == {
+        "Q-t0": 0.0,
+        "Q-t1": 0.5,
+        "N-t0": 0.0,
+        "C-t0": -1.0,
+        "D-t0": 0.0,
+        "U-t0": 0.0,
+        "P1-t0": -1.0,
+        "P2-t0": 0.0,
+    }
     assert rep["signals"]["clarification"]["coverage"] == 4  # Q-t1, C, U, P1
 
 
@@ -134,7 +155,7 @@ def test_correctness_where_the_column_exists(dcli, tmp_path):
         episode("OK", [{}, {"tests_passed": True}])
         + episode("NO", [{"tests_passed": False}], start=T0 + 10_000)
         + episode("NA", 1, start=T0 + 20_000)
-    )  # fmt: skip
+    )
     spec = "[signals.correctness]\nweight = 1.0\n"
     df, rep = distill(dcli, tmp_path, rows, spec, extra={"tests_passed": pa.bool_()})
     # the episode's last non-null tests_passed, on every turn (credit all): +1 / -1 / none.

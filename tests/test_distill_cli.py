@@ -24,11 +24,21 @@ def feedback_rows() -> list[dict]:
     """Four episodes on one prompt (a GRPO group) and two on prompts of their own (-> batch)."""
     rows = []
     for i, fb in enumerate([1.0, 0.5, 0.0, -0.5]):
-        rows += episode(f"G{i}", [{"feedback": fb, "feedback_scope": "sample"}], prompt=[5, 5, 5],
-                        session_id=f"g{i}", start=T0 + i * 1000)  # fmt: skip
+        rows += episode(
+            f"G{i}",
+            [{"feedback": fb, "feedback_scope": "sample"}],
+            prompt=[5, 5, 5],
+            session_id=f"g{i}",
+            start=T0 + i * 1000,
+        )
     for i, fb in enumerate([1.0, -1.0]):
-        rows += episode(f"B{i}", [{"feedback": fb, "feedback_scope": "sample"}], prompt=[6 + i],
-                        session_id=f"b{i}", start=T0 + 9000 + i * 1000)  # fmt: skip
+        rows += episode(
+            f"B{i}",
+            [{"feedback": fb, "feedback_scope": "sample"}],
+            prompt=[6 + i],
+            session_id=f"b{i}",
+            start=T0 + 9000 + i * 1000,
+        )
     return rows
 
 
@@ -40,12 +50,14 @@ def feedback_rows() -> list[dict]:
         ("loo", [1.0, 1 / 3, -1 / 3, -1.0, 2.0, -2.0]),
         # mean_std: (r - mean) / (std + 1e-4), std with ddof 1: G sqrt(1.25 / 3) = 0.645497,
         # batch sqrt(2) = 1.414214.
-        ("mean_std", [0.75 / 0.645597, 0.25 / 0.645597, -0.25 / 0.645597, -0.75 / 0.645597,
-                      1 / 1.414314, -1 / 1.414314]),
+        (
+            "mean_std",
+            [0.75 / 0.645597, 0.25 / 0.645597, -0.25 / 0.645597, -0.75 / 0.645597, 1 / 1.414314, -1 / 1.414314],
+        ),
         # dr_grpo: r - mean.
         ("dr_grpo", [0.75, 0.25, -0.25, -0.75, 1.0, -1.0]),
     ],
-)  # fmt: skip
+)
 def test_exact_advantages(dcli, tmp_path, norm, expected):
     df, rep = distill(dcli, tmp_path, feedback_rows(), FEEDBACK, "--normalization", norm)
     assert df["advantage"].to_list() == pytest.approx(expected, abs=1e-5)
@@ -60,17 +72,27 @@ def test_exact_advantages(dcli, tmp_path, norm, expected):
 def test_flat_groups_and_other_exclusions(dcli, tmp_path):
     bad = {"tool_calls": [call("x", "invalid")]}
     rows = (
-        episode("Z0", 1, prompt=[4, 4], session_id="a") + episode("Z1", 1, prompt=[4, 4], session_id="b")
-        + episode("I0", [bad], prompt=[3, 3], session_id="c") + episode("I1", [bad], prompt=[3, 3], session_id="d")
-        + episode("M0", [bad], prompt=[2, 2], session_id="e") + episode("M1", 1, prompt=[2, 2], session_id="f")
+        episode("Z0", 1, prompt=[4, 4], session_id="a")
+        + episode("Z1", 1, prompt=[4, 4], session_id="b")
+        + episode("I0", [bad], prompt=[3, 3], session_id="c")
+        + episode("I1", [bad], prompt=[3, 3], session_id="d")
+        + episode("M0", [bad], prompt=[2, 2], session_id="e")
+        + episode("M1", 1, prompt=[2, 2], session_id="f")
         + episode("E0", [{"completion_ids": [], "behavior_logprobs": []}], prompt=[2, 2], session_id="g")
-    )  # fmt: skip
+    )
     df, rep = distill(dcli, tmp_path, rows, "[signals.invalid_tool_call]\nweight = -1.0\n")
     excluded = by_sample(df, "excluded")
     # Z: rewards 0, 0: flat, excluded. I: -1, -1: flat too, but invalid calls are never
     # excluded. M: -1, 0: teaches. E0: no completion tokens, in no baseline.
-    assert excluded == {"Z0-t0": "flat_group", "Z1-t0": "flat_group", "I0-t0": None, "I1-t0": None,
-                        "M0-t0": None, "M1-t0": None, "E0-t0": "no_completion"}  # fmt: skip
+    assert excluded == {
+        "Z0-t0": "flat_group",
+        "Z1-t0": "flat_group",
+        "I0-t0": None,
+        "I1-t0": None,
+        "M0-t0": None,
+        "M1-t0": None,
+        "E0-t0": "no_completion",
+    }
     assert by_sample(df, "weight") == {k: (0.0 if v else 1.0) for k, v in excluded.items()}
     assert by_sample(df, "advantage")["I0-t0"] == 0.0 and by_sample(df, "advantage")["E0-t0"] is None
     assert by_sample(df, "advantage")["M0-t0"] == -1.0  # loo, n = 2: 2 * (-1 - (-0.5))
@@ -78,9 +100,16 @@ def test_flat_groups_and_other_exclusions(dcli, tmp_path):
     assert rep["groups"]["flat"] == 2 and rep["groups"]["flat_samples"] == 4
     assert df.height == len(rows)  # nothing dropped
     # without exclusion, and with prompt groups only (the lone episode has no group then)
-    df2, rep2 = distill(dcli, tmp_path, rows + episode("L", 1, prompt=[1], session_id="h"),
-                        "[signals.invalid_tool_call]\nweight = -1.0\n",
-                        "--set", "exclude_flat_groups=false", "--set", "group_keys=prompt")  # fmt: skip
+    df2, rep2 = distill(
+        dcli,
+        tmp_path,
+        rows + episode("L", 1, prompt=[1], session_id="h"),
+        "[signals.invalid_tool_call]\nweight = -1.0\n",
+        "--set",
+        "exclude_flat_groups=false",
+        "--set",
+        "group_keys=prompt",
+    )
     assert rep2["excluded"] == {"no_completion": 1, "no_group": 1}
     assert by_sample(df2, "excluded")["L-t0"] == "no_group" and by_sample(df2, "group_key")["L-t0"] is None
 
@@ -92,8 +121,12 @@ def test_permute_rewards_shuffles_rewards_and_parts_together(dcli, tmp_path):
     rows = feedback_rows() + episode("E0", [{"completion_ids": [], "behavior_logprobs": []}], session_id="e")
     rows[1]["tool_calls"], rows[1]["n_invalid_tool_calls"] = [call("x", "invalid")], 1
     base, _ = distill(dcli, tmp_path / "a", rows, spec)
-    runs = {seed: distill(dcli, tmp_path / f"p{seed}", rows, spec, "--set", "permute_rewards=true",
-                          "--set", f"permute_seed={seed}") for seed in (0, 1)}  # fmt: skip
+    runs = {
+        seed: distill(
+            dcli, tmp_path / f"p{seed}", rows, spec, "--set", "permute_rewards=true", "--set", f"permute_seed={seed}"
+        )
+        for seed in (0, 1)
+    }
     cols = ["reward", "part_explicit_feedback", "part_invalid_tool_call"]
 
     def tuples(df):  # (reward, parts) per sample with a completion
@@ -117,8 +150,11 @@ def test_discard_invalid_excludes_instead_of_penalising(dcli, tmp_path):
     """The naive arm: a sample with an invalid call is dropped (weight 0, in no baseline)."""
     bad = {"tool_calls": [call("x", "invalid")], "feedback": -1.0, "feedback_scope": "sample"}
     good = {"feedback": 1.0, "feedback_scope": "sample"}
-    rows = (episode("A", [bad], prompt=[3], session_id="a") + episode("B", [good], prompt=[3], session_id="b")
-            + episode("C", [{"feedback": 0.0, "feedback_scope": "sample"}], prompt=[3], session_id="c"))  # fmt: skip
+    rows = (
+        episode("A", [bad], prompt=[3], session_id="a")
+        + episode("B", [good], prompt=[3], session_id="b")
+        + episode("C", [{"feedback": 0.0, "feedback_scope": "sample"}], prompt=[3], session_id="c")
+    )
     spec = FEEDBACK + "[signals.invalid_tool_call]\nweight = -1.0\n"
     penalised, _ = distill(dcli, tmp_path / "a", rows, spec)
     naive, rep = distill(dcli, tmp_path / "b", rows, spec, "--set", "discard_invalid=true")
@@ -139,9 +175,14 @@ def versions(invalid: tuple[int, int], asks: tuple[int, int], edits: tuple[int, 
             calls = [call("apply_patch")] if i < edits[v] else []
             calls += [call("run_shell", "invalid")] if i >= n - invalid[v] else []
             calls += [call("ask_user")] if edits[v] <= i < edits[v] + asks[v] else []
-            rows += episode(f"{version}-{i}", [{"tool_calls": calls}], policy_version=version,
-                            session_id=f"{version}-{i}", start=T0 + v * 3_600_000 + i * 1000,
-                            prompt=[v, i])  # fmt: skip
+            rows += episode(
+                f"{version}-{i}",
+                [{"tool_calls": calls}],
+                policy_version=version,
+                session_id=f"{version}-{i}",
+                start=T0 + v * 3_600_000 + i * 1000,
+                prompt=[v, i],
+            )
     return rows
 
 
@@ -201,24 +242,42 @@ def test_bad_spec_lists_every_problem(dcli, tmp_path):
     spec.write_text(
         "[signals.latncy]\nweight = -1.0\n"
         "[signals.explicit_feedback]\ncap = -0.2\n"
-        "[signals.invalid_tool_call]\nwieght = -1.0\ntransform = \"cube\"\n"
-        "[signals.mine]\nfn = \"no_such_module:f\"\n"
+        '[signals.invalid_tool_call]\nwieght = -1.0\ntransform = "cube"\n'
+        '[signals.mine]\nfn = "no_such_module:f"\n'
         "[signalz]\n"
-    )  # fmt: skip
+    )
     src = write(tmp_path / "t.arrow", episode("E", 1))
     r = dcli(["distill", src, "-o", tmp_path / "ex.arrow", "--spec", spec])
     assert r.exit_code == 2
-    for needle in ("6 problem(s)", "[signals.latncy] unknown signal (did you mean 'latency'?)",
-                   "cap=-0.2", "unknown key 'wieght' (did you mean 'weight'?)", "transform='cube'",
-                   "no_such_module", "unknown top-level key 'signalz' (did you mean 'signals'?)"):  # fmt: skip
+    for needle in (
+        "6 problem(s)",
+        "[signals.latncy] unknown signal (did you mean 'latency'?)",
+        "cap=-0.2",
+        "unknown key 'wieght' (did you mean 'weight'?)",
+        "transform='cube'",
+        "no_such_module",
+        "unknown top-level key 'signalz' (did you mean 'signals'?)",
+    ):
         assert needle in r.error, (needle, r.error)
     assert not (tmp_path / "ex.arrow").exists()
 
 
 def test_bad_config_and_input(dcli, tmp_path):
     src = write(tmp_path / "t.arrow", episode("E", 1))
-    r = dcli(["distill", src, "-o", tmp_path / "ex.arrow", "--set", "normalization=zscore",
-              "--set", "credit=some", "--set", "group_keyz=batch"])  # fmt: skip
+    r = dcli(
+        [
+            "distill",
+            src,
+            "-o",
+            tmp_path / "ex.arrow",
+            "--set",
+            "normalization=zscore",
+            "--set",
+            "credit=some",
+            "--set",
+            "group_keyz=batch",
+        ]
+    )
     assert r.exit_code == 2
     assert "unknown key 'group_keyz' (did you mean 'group_keys'?)" in r.error
     r = dcli(["distill", src, "-o", tmp_path / "ex.arrow", "--set", "normalization=zscore", "--set", "credit=some"])
@@ -236,8 +295,10 @@ def test_bad_config_and_input(dcli, tmp_path):
 
 def test_pipe_from_collect_and_stream_out(dcli, tmp_path, monkeypatch):
     lines = "".join(json.dumps(e) + "\n" for e in many(6)).encode()
-    r = dcli(["collect", "-", "-o", "-", "--as-of", "2026-12-02T00:00:00Z", "--quiet",
-              "--quarantine", tmp_path / "q.jsonl"], input=lines)  # fmt: skip
+    r = dcli(
+        ["collect", "-", "-o", "-", "--as-of", "2026-12-02T00:00:00Z", "--quiet", "--quarantine", tmp_path / "q.jsonl"],
+        input=lines,
+    )
     assert r.exit_code == 0, r.error
     n = pa.ipc.open_stream(r.stdout_bytes).read_all().num_rows
     r2 = dcli(["distill", "-", "-o", tmp_path / "ex.arrow", "--quiet"], input=r.stdout_bytes)

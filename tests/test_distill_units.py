@@ -23,16 +23,25 @@ from rlcycle.errors import InputError
 @pytest.mark.parametrize(
     "text, score",
     [
-        ("thanks, works", 1), ("Great, that fixed it. Next: Getting IndexError", 1), ("works now, ty", 1),
-        ("no, revert that", -1), ("This is not what I asked for.", -1), ("still broken on staging", -1),
-        ("Still getting IndexError from collect_discount.", -1), ("that's wrong, test_x still fails", -1),
+        ("thanks, works", 1),
+        ("Great, that fixed it. Next: Getting IndexError", 1),
+        ("works now, ty", 1),
+        ("no, revert that", -1),
+        ("This is not what I asked for.", -1),
+        ("still broken on staging", -1),
+        ("Still getting IndexError from collect_discount.", -1),
+        ("that's wrong, test_x still fails", -1),
         ("thanks, but it still fails", -1),  # a complaint wins over thanks
-        ("It isn’t fixed", -1), ("not fixed", -1), ("it doesn't work", -1),  # negated thanks
-        ("no need to revert", 0), ("no longer fails, thanks", 1),  # negated complaints
-        ("Getting `AssertionError` from load_rows", 0), ("Fails with ValueError when blank", 0),  # new requests
+        ("It isn’t fixed", -1),
+        ("not fixed", -1),
+        ("it doesn't work", -1),  # negated thanks
+        ("no need to revert", 0),
+        ("no longer fails, thanks", 1),  # negated complaints
+        ("Getting `AssertionError` from load_rows", 0),
+        ("Fails with ValueError when blank", 0),  # new requests
         (None, None),
     ],
-)  # fmt: skip
+)
 def test_builtin_followup_classifier(text, score):
     assert score_texts(pl.Series([text], dtype=pl.String), None).to_list() == [score]
 
@@ -100,8 +109,14 @@ def test_spec_problems_all_at_once():
         parse_spec(data, "x.toml")
     msg = e.value.message
     assert msg.startswith("6 problem(s) in reward spec x.toml")
-    for needle in ("clip=[3.0, 1.0]: low must be <= high", "credit: only episode signals",
-                   "budget_ms='fast'", "credit='first'", "no attribute", "scope='turn'"):  # fmt: skip
+    for needle in (
+        "clip=[3.0, 1.0]: low must be <= high",
+        "credit: only episode signals",
+        "budget_ms='fast'",
+        "credit='first'",
+        "no attribute",
+        "scope='turn'",
+    ):
         assert needle in msg, needle
     with pytest.raises(InputError, match="no \\[signals.NAME\\] tables"):
         parse_spec({}, "empty.toml")
@@ -115,12 +130,22 @@ def test_config_validation():
 
 def test_monitor_thresholds_need_both_absolute_and_relative_moves():
     metrics = {
-        "a": {"episodes": 100, "invalid_tool_call_rate": 0.001, "clarification_rate": 0.30, "edit_rate": 0.5,
-              "mean_latency_ms": 1000.0},
-        "b": {"episodes": 100, "invalid_tool_call_rate": 0.004, "clarification_rate": 0.32, "edit_rate": 0.5,
-              "mean_latency_ms": 1400.0},
+        "a": {
+            "episodes": 100,
+            "invalid_tool_call_rate": 0.001,
+            "clarification_rate": 0.30,
+            "edit_rate": 0.5,
+            "mean_latency_ms": 1000.0,
+        },
+        "b": {
+            "episodes": 100,
+            "invalid_tool_call_rate": 0.004,
+            "clarification_rate": 0.32,
+            "edit_rate": 0.5,
+            "mean_latency_ms": 1400.0,
+        },
         "c": {"episodes": 5, "invalid_tool_call_rate": 0.5, "clarification_rate": 0.9, "edit_rate": 0.1},
-    }  # fmt: skip
+    }
     warnings, hacks = compare(metrics, abs_thr=0.01, rel_thr=0.25, min_episodes=20)
     # invalid: x4 but only +0.3 points; clarification: +2 points but only +7%; latency +40%;
     # version c has too few episodes to compare.

@@ -27,8 +27,7 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def generate(out: Path, seed: int) -> None:
-    subprocess.run([sys.executable, str(GEN), "--seed", str(seed), "--out", str(out)], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run([sys.executable, str(GEN), "--seed", str(seed), "--out", str(out)], check=True, capture_output=True)
 
 
 def test_the_committed_suite_is_what_the_script_writes_and_seeds_matter(tmp_path):
@@ -41,8 +40,9 @@ def test_the_committed_suite_is_what_the_script_writes_and_seeds_matter(tmp_path
 def test_families_splits_difficulty_and_one_replace_per_task():
     tasks = load_suite(SUITE)
     assert len(tasks) == 72 and len({t.instruction for t in tasks}) == 72
-    assert Counter(t.cluster for t in tasks) == {f"edit-{f}": 12 for f in
-                                                 ("string", "default", "rename", "compare", "range", "return")}
+    assert Counter(t.cluster for t in tasks) == {
+        f"edit-{f}": 12 for f in ("string", "default", "rename", "compare", "range", "return")
+    }
     held = {t.id for t in load_suite(SUITE / "heldout")}
     assert len(held) == 24 and len(load_suite(SUITE / "train")) == 48
     assert {t.difficulty for t in tasks} == {1, 2, 3}

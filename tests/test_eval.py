@@ -33,8 +33,25 @@ def suite(tmp_path_factory):
 
 
 def run_eval(cli, suite, out, cand, base, *extra):
-    return cli(["eval", "--candidate", cand, "--baseline", base, "--tasks", suite, "-o", out,
-                "--attempts", "1", "--sandboxes", "3", "--json", *extra])  # fmt: skip
+    return cli(
+        [
+            "eval",
+            "--candidate",
+            cand,
+            "--baseline",
+            base,
+            "--tasks",
+            suite,
+            "-o",
+            out,
+            "--attempts",
+            "1",
+            "--sandboxes",
+            "3",
+            "--json",
+            *extra,
+        ]
+    )
 
 
 def test_a_better_candidate_is_accepted(cli, suite, tmp_path, docker_client):

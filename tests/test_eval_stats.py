@@ -69,12 +69,23 @@ def _results(cand_pass, base_pass, clarify=0.0, n_tasks=20, attempts=2):
         for policy, p, clar in (("cand", cand_pass, clarify), ("base", base_pass, 0.0)):
             for a in range(attempts):
                 passed = ((t * attempts + a) % 10) < p * 10
-                rows.append({
-                    "task_id": f"t{t}", "cluster": f"c{t % 5}", "policy": policy, "attempt": a,
-                    "status": "pass" if passed else "fail", "reward": float(passed), "turns": 3,
-                    "n_tool_calls": 4, "n_invalid_tool_calls": 0, "edited": True,
-                    "asked_clarification": ((t + a) % 10) < clar * 10, "tokens": 100, "latency_ms": 50.0,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "task_id": f"t{t}",
+                        "cluster": f"c{t % 5}",
+                        "policy": policy,
+                        "attempt": a,
+                        "status": "pass" if passed else "fail",
+                        "reward": float(passed),
+                        "turns": 3,
+                        "n_tool_calls": 4,
+                        "n_invalid_tool_calls": 0,
+                        "edited": True,
+                        "asked_clarification": ((t + a) % 10) < clar * 10,
+                        "tokens": 100,
+                        "latency_ms": 50.0,
+                    }
+                )
     return pl.DataFrame(rows)
 
 
@@ -97,7 +108,9 @@ def test_errors_are_left_out_and_too_few_tasks_give_no_verdict():
     from rlcycle.evaluation.verdict import GateConfig, decide
 
     df = _results(0.5, 0.5, n_tasks=6)
-    df = df.with_columns(pl.when(pl.col("task_id").is_in(["t0", "t1", "t2"])).then(pl.lit("error")).otherwise("status").alias("status"))
+    df = df.with_columns(
+        pl.when(pl.col("task_id").is_in(["t0", "t1", "t2"])).then(pl.lit("error")).otherwise("status").alias("status")
+    )
     v = decide(df, "cand", "base", GateConfig())
     assert v["decision"] == "no_verdict" and v["errors"] == 3 * 2 * 2
     assert v["metrics"]["candidate"]["tasks"] == 3

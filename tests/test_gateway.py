@@ -69,8 +69,13 @@ def _events_of(running, sample_id: str) -> list[dict]:
 
 def test_plain_completion_is_logged_with_exact_ids(gateway, world):
     raw = _client(gateway).chat.completions.with_raw_response.create(
-        model="production", messages=MSGS, max_tokens=6, seed=3, temperature=0.8,
-        extra_headers={"X-Session-Id": "sess-1"})
+        model="production",
+        messages=MSGS,
+        max_tokens=6,
+        seed=3,
+        temperature=0.8,
+        extra_headers={"X-Session-Id": "sess-1"},
+    )
     resp = raw.parse()
     h = raw.headers
     assert h["x-checkpoint-id"] == world["cid"] and h["x-session-id"] == "sess-1"
@@ -82,11 +87,18 @@ def test_plain_completion_is_logged_with_exact_ids(gateway, world):
     assert len(ev["completion_ids"]) == len(ev["completion_logprobs"]) == resp.usage.completion_tokens
     assert resp.choices[0].message.content == renderer.completion_text(ev["completion_ids"])
     assert ev["session_id"] == "sess-1" and ev["episode_id"] == "sess-1-e0" and ev["turn"] == 0
-    assert ev["sampling"] == {"temperature": 0.8, "top_p": 1.0, "top_k": None, "seed": 3,
-                              "max_tokens": 6, "truncated": False}
+    assert ev["sampling"] == {
+        "temperature": 0.8,
+        "top_p": 1.0,
+        "top_k": None,
+        "seed": 3,
+        "max_tokens": 6,
+        "truncated": False,
+    }
     # the same seed gives the same sample (and a session id is made when none is sent)
     again = _client(gateway).chat.completions.with_raw_response.create(
-        model="production", messages=MSGS, max_tokens=6, seed=3, temperature=0.8)
+        model="production", messages=MSGS, max_tokens=6, seed=3, temperature=0.8
+    )
     assert again.headers["x-session-id"].startswith("gw-") and again.headers["x-session-id"] != "sess-1"
     [ev2] = _events_of(gateway, again.headers["x-sample-id"])
     assert ev2["completion_ids"] == ev["completion_ids"] and ev2["session_id"] == again.headers["x-session-id"]
@@ -95,8 +107,9 @@ def test_plain_completion_is_logged_with_exact_ids(gateway, world):
 def test_streaming_matches_the_plain_response(gateway):
     c = _client(gateway)
     plain = c.chat.completions.create(model="production", messages=MSGS, max_tokens=6, seed=5)
-    stream = c.chat.completions.create(model="production", messages=MSGS, max_tokens=6, seed=5, stream=True,
-                                       stream_options={"include_usage": True})
+    stream = c.chat.completions.create(
+        model="production", messages=MSGS, max_tokens=6, seed=5, stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(stream)
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert text == plain.choices[0].message.content
@@ -105,9 +118,15 @@ def test_streaming_matches_the_plain_response(gateway):
 
 
 def test_secrets_are_redacted_before_disk(gateway):
-    r = httpx.post(gateway.url + "/v1/rlcycle/events", json={
-        "type": "user_message", "session_id": "s-red", "episode_id": "s-red-e0",
-        "text": "my key is sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX1234 ok"})
+    r = httpx.post(
+        gateway.url + "/v1/rlcycle/events",
+        json={
+            "type": "user_message",
+            "session_id": "s-red",
+            "episode_id": "s-red-e0",
+            "text": "my key is sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX1234 ok",
+        },
+    )
     assert r.status_code == 200
     gateway.gateway.log.flush()
     [ev] = [e for e in read_events(gateway.gateway.config.log_dir) if e["session_id"] == "s-red"]
@@ -116,20 +135,24 @@ def test_secrets_are_redacted_before_disk(gateway):
     assert "sk-proj-ABCDEFGH" not in raw
 
 
-@pytest.mark.parametrize("body, param, status", [
-    ({"messages": []}, "messages", 400),
-    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role", 400),
-    ({"messages": MSGS, "top_p": 0.5}, "top_p", 400),
-    ({"messages": MSGS, "top_k": 20}, "top_k", 400),
-    ({"messages": MSGS, "tool_choice": "required", "tools": []}, "tool_choice", 400),
-    ({"messages": MSGS, "max_tokens": 10**6}, "max_tokens", 400),
-    ({"messages": MSGS, "temperature": "hot"}, "temperature", 400),
-    ({"messages": MSGS, "n": 2}, "n", 400),
-])
+@pytest.mark.parametrize(
+    "body, param, status",
+    [
+        ({"messages": []}, "messages", 400),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role", 400),
+        ({"messages": MSGS, "top_p": 0.5}, "top_p", 400),
+        ({"messages": MSGS, "top_k": 20}, "top_k", 400),
+        ({"messages": MSGS, "tool_choice": "required", "tools": []}, "tool_choice", 400),
+        ({"messages": MSGS, "max_tokens": 10**6}, "max_tokens", 400),
+        ({"messages": MSGS, "temperature": "hot"}, "temperature", 400),
+        ({"messages": MSGS, "n": 2}, "n", 400),
+    ],
+)
 def test_bad_requests_name_the_field(gateway, body, param, status):
     with pytest.raises(openai.BadRequestError) as e:
         _client(gateway).chat.completions.create(
-            model="m", messages=body["messages"], extra_body={k: v for k, v in body.items() if k != "messages"})
+            model="m", messages=body["messages"], extra_body={k: v for k, v in body.items() if k != "messages"}
+        )
     assert e.value.status_code == status and e.value.body["param"] == param, e.value.body
 
 
@@ -139,18 +162,27 @@ def test_bad_bodies_and_late_events(gateway):
     assert httpx.post(url + "/v1/chat/completions", content=b"{not json").status_code == 400
     big = httpx.post(url + "/v1/chat/completions", content=b"x" * (gateway.gateway.config.max_body_bytes + 1))
     assert big.status_code == 413
-    bad = httpx.post(url + "/v1/rlcycle/events", json={"events": [
-        {"type": "feedback", "session_id": "s", "episode_id": "e", "value": 0.5},
-        {"type": "edit_outcome", "session_id": "s", "sample_id": "x", "call_id": "x-c0", "lines_proposed": 3}]})
+    bad = httpx.post(
+        url + "/v1/rlcycle/events",
+        json={
+            "events": [
+                {"type": "feedback", "session_id": "s", "episode_id": "e", "value": 0.5},
+                {"type": "edit_outcome", "session_id": "s", "sample_id": "x", "call_id": "x-c0", "lines_proposed": 3},
+            ]
+        },
+    )
     assert bad.status_code == 422 and bad.json()["error"]["param"] == "events[1].lines_surviving"
-    typed = httpx.post(url + "/v1/rlcycle/events", json={"type": "feedback", "session_id": "s", "episode_id": "e",
-                                                         "value": "great"})
+    typed = httpx.post(
+        url + "/v1/rlcycle/events", json={"type": "feedback", "session_id": "s", "episode_id": "e", "value": "great"}
+    )
     assert typed.status_code == 422 and typed.json()["error"]["param"] == "events[0].value"
     wrong = httpx.post(url + "/v1/rlcycle/events", json={"type": "completion", "session_id": "s"})
     assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "events[0].type"
     assert gateway.gateway.log.stats.appended == before  # nothing of a refused batch is logged
-    ok = httpx.post(url + "/v1/rlcycle/events", json=[
-        {"type": "feedback", "session_id": "s", "episode_id": "e", "value": 1, "kind": "thumbs"}])
+    ok = httpx.post(
+        url + "/v1/rlcycle/events",
+        json=[{"type": "feedback", "session_id": "s", "episode_id": "e", "value": 1, "kind": "thumbs"}],
+    )
     assert ok.status_code == 200 and ok.json()["accepted"] == 1
 
 
@@ -192,9 +224,14 @@ def test_off_loopback_without_a_key_is_refused(cli, tmp_path):
 
 # --- tool calls: upstream mode in front of `rlcycle serve` with a scripted model ---------------
 
-READ = {"type": "function", "function": {
-    "name": "read_file", "description": "Read a file.",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
+READ = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+}
 VALID = 'Let me look.\n<tool_call>{"name": "read_file", "arguments": {"path": "app.py"}}</tool_call>'
 INVALID = 'Now this.\n<tool_call>{"name": "read_fil", "arguments": {"path": "app.py"}}</tool_call>'
 
@@ -214,8 +251,9 @@ def upstream_gateway(world):
 def test_tool_calls_are_parsed_and_invalid_ones_stay_text(upstream_gateway, world):
     c = _client(upstream_gateway)
     msgs = [{"role": "user", "content": "Fix app.py"}]
-    raw = c.chat.completions.with_raw_response.create(model="m", messages=msgs, tools=[READ], max_tokens=64,
-                                                      extra_headers={"X-Session-Id": "tools-1"})
+    raw = c.chat.completions.with_raw_response.create(
+        model="m", messages=msgs, tools=[READ], max_tokens=64, extra_headers={"X-Session-Id": "tools-1"}
+    )
     first = raw.parse().choices[0]
     assert first.finish_reason == "tool_calls" and first.message.content == "Let me look."
     [call] = first.message.tool_calls
@@ -224,10 +262,13 @@ def test_tool_calls_are_parsed_and_invalid_ones_stay_text(upstream_gateway, worl
     assert ev1["tool_calls"] == [{"call_id": call.id, "name": "read_file", "arguments": '{"path": "app.py"}'}]
     assert ev1["policy_version"] == world["cid"] and raw.headers["x-checkpoint-id"] == world["cid"]
 
-    msgs2 = msgs + [first.message.model_dump(exclude_none=True),
-                    {"role": "tool", "tool_call_id": call.id, "content": "print('hi')"}]
-    raw2 = c.chat.completions.with_raw_response.create(model="m", messages=msgs2, tools=[READ], max_tokens=64,
-                                                       extra_headers={"X-Session-Id": "tools-1"})
+    msgs2 = msgs + [
+        first.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "print('hi')"},
+    ]
+    raw2 = c.chat.completions.with_raw_response.create(
+        model="m", messages=msgs2, tools=[READ], max_tokens=64, extra_headers={"X-Session-Id": "tools-1"}
+    )
     second = raw2.parse().choices[0]
     assert second.finish_reason == "stop" and not second.message.tool_calls
     assert second.message.content == INVALID  # returned as text, never dropped
@@ -237,13 +278,16 @@ def test_tool_calls_are_parsed_and_invalid_ones_stay_text(upstream_gateway, worl
     assert result["status"] == "invalid" and result["call_id"] == comp["tool_calls"][0]["call_id"]
     assert "unknown_tool" in result["error"] and comp["turn"] == 1 and comp["episode_id"] == "tools-1-e0"
     # token-exact multi-turn: the second prompt repeats the first prompt and the sampled ids
-    assert comp["prompt_ids"][: len(ev1["prompt_ids"]) + len(ev1["completion_ids"])] == \
-        ev1["prompt_ids"] + ev1["completion_ids"]
+    assert (
+        comp["prompt_ids"][: len(ev1["prompt_ids"]) + len(ev1["completion_ids"])]
+        == ev1["prompt_ids"] + ev1["completion_ids"]
+    )
 
 
 def test_tool_calls_stream(upstream_gateway):
     stream = _client(upstream_gateway).chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "Fix it"}], tools=[READ], stream=True)
+        model="m", messages=[{"role": "user", "content": "Fix it"}], tools=[READ], stream=True
+    )
     chunks = [ch for ch in stream if ch.choices]
     calls = [tc for ch in chunks for tc in (ch.choices[0].delta.tool_calls or [])]
     assert [tc.function.name for tc in calls] == ["read_file"] and calls[0].id.endswith("-c0")

@@ -79,17 +79,28 @@ class Load:
             t0 = time.monotonic()
             try:
                 raw = client.chat.completions.with_raw_response.create(
-                    model="production", messages=msgs, max_tokens=self.max_tokens, temperature=1.0, seed=k,
-                    extra_headers={"X-Session-Id": session})
+                    model="production",
+                    messages=msgs,
+                    max_tokens=self.max_tokens,
+                    temperature=1.0,
+                    seed=k,
+                    extra_headers={"X-Session-Id": session},
+                )
             except (openai.APIConnectionError, openai.APIStatusError) as e:
                 self.errors.append(f"{type(e).__name__}: {e}")
                 return
             resp = raw.parse()
             msgs.append({"role": "assistant", "content": resp.choices[0].message.content or ""})
             with self._lock:
-                self.done.append({"sample_id": raw.headers["x-sample-id"], "session": session,
-                                  "checkpoint": raw.headers["x-checkpoint-id"], "start": t0,
-                                  "end": time.monotonic()})
+                self.done.append(
+                    {
+                        "sample_id": raw.headers["x-sample-id"],
+                        "session": session,
+                        "checkpoint": raw.headers["x-checkpoint-id"],
+                        "start": t0,
+                        "end": time.monotonic(),
+                    }
+                )
 
     def wait_for(self, n: int, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -107,8 +118,9 @@ def _register(cli, model: Path, alias: str = "production") -> str:
 
 def test_concurrent_sessions_lose_and_duplicate_nothing(cli, models, tmp_path):
     _register(cli, models[0])
-    running = start(GatewayConfig(log_dir=str(tmp_path / "logs"), port=0, flush_interval_s=0.1,
-                                  rotate_bytes=4096))  # tiny files: rotation happens under load
+    running = start(
+        GatewayConfig(log_dir=str(tmp_path / "logs"), port=0, flush_interval_s=0.1, rotate_bytes=4096)
+    )  # tiny files: rotation happens under load
     try:
         with Load(running.url, sessions=4) as load:
             load.wait_for(40)
@@ -128,8 +140,9 @@ def test_concurrent_sessions_lose_and_duplicate_nothing(cli, models, tmp_path):
 
 def test_alias_move_during_load_names_the_serving_checkpoint(cli, models, tmp_path):
     old = _register(cli, models[0])
-    running = start(GatewayConfig(log_dir=str(tmp_path / "logs"), port=0, flush_interval_s=0.1,
-                                  watch_interval_s=0))  # the deploy hook, not the watcher, reloads
+    running = start(
+        GatewayConfig(log_dir=str(tmp_path / "logs"), port=0, flush_interval_s=0.1, watch_interval_s=0)
+    )  # the deploy hook, not the watcher, reloads
     try:
         with Load(running.url, sessions=3) as load:
             load.wait_for(6)
@@ -162,8 +175,12 @@ def test_canary_share_is_sticky_per_session(cli, models, tmp_path):
         seen: dict[str, set[str]] = {}
         for i in range(16):
             for _ in range(2):
-                h = httpx.post(running.url + "/v1/chat/completions", headers={"X-Session-Id": f"s{i}"}, timeout=60,
-                               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}).headers
+                h = httpx.post(
+                    running.url + "/v1/chat/completions",
+                    headers={"X-Session-Id": f"s{i}"},
+                    timeout=60,
+                    json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
+                ).headers
                 seen.setdefault(f"s{i}", set()).add(h["x-checkpoint-id"])
     finally:
         running.close()
@@ -175,9 +192,24 @@ def test_canary_share_is_sticky_per_session(cli, models, tmp_path):
 
 def _spawn_gateway(log_dir: Path, home: Path) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, RLCYCLE_HOME=str(home))
-    proc = subprocess.Popen([sys.executable, "-m", "rlcycle", "gateway", "--port", "0", "--json",
-                             "--log-dir", str(log_dir), "--set", "flush_interval_s=0.1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlcycle",
+            "gateway",
+            "--port",
+            "0",
+            "--json",
+            "--log-dir",
+            str(log_dir),
+            "--set",
+            "flush_interval_s=0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     line = proc.stdout.readline()
     if not line:
         raise AssertionError(f"the gateway did not start: {proc.stderr.read().decode()[-2000:]}")
@@ -192,8 +224,16 @@ def test_kill_9_mid_load_then_collect_distill_train(cli, models, tmp_path, rlcyc
         with Load(url, sessions=4, max_tokens=6) as load:
             load.wait_for(48)
             # late signals (thumbs up/down by sample) so that distill has rewards that differ
-            fb = [{"type": "feedback", "session_id": d["session"], "sample_id": d["sample_id"],
-                   "value": 1.0 if i % 2 else -1.0, "kind": "thumbs"} for i, d in enumerate(list(load.done))]
+            fb = [
+                {
+                    "type": "feedback",
+                    "session_id": d["session"],
+                    "sample_id": d["sample_id"],
+                    "value": 1.0 if i % 2 else -1.0,
+                    "kind": "thumbs",
+                }
+                for i, d in enumerate(list(load.done))
+            ]
             before = httpx.get(url + "/v1/rlcycle/stats").json()["log"]["written"]
             assert httpx.post(url + "/v1/rlcycle/events", json={"events": fb}).status_code == 200
             # the feedback must be on disk before the kill (it is what gives distill rewards that
@@ -219,8 +259,10 @@ def test_kill_9_mid_load_then_collect_distill_train(cli, models, tmp_path, rlcyc
     logged = {e["sample_id"] for e in read_events_tolerant(logs) if e["type"] == "completion"}
     # nothing is made up: a logged sample was answered, or was in flight (one per session) at the kill
     assert len(logged - received) <= 4
-    print(f"kill -9: {flushed} events flushed before, {summary['events_in']} read after, "
-          f"{len(received - logged)} answered but unflushed (lost)")
+    print(
+        f"kill -9: {flushed} events flushed before, {summary['events_in']} read after, "
+        f"{len(received - logged)} answered but unflushed (lost)"
+    )
     assert summary["samples_out"] == len(logged)
     # the gateway's own logs train on-policy: step-1 mismatch KL is float noise
     ex = tmp_path / "examples.arrow"

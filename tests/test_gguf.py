@@ -45,9 +45,21 @@ def smol(tmp_path_factory, cache, two_tasks):
     """(checkpoint dir, the CLI's JSON result): SmolLM2 converted, warm-started one step."""
     out = tmp_path_factory.mktemp("smol") / "policy"
     home = tmp_path_factory.mktemp("home")
-    r = run_cli(["init-model", "-o", out, "--preset", "smollm2-135m", "--warm-start", two_tasks,
-                 "--warm-start-steps", 1, "--json"],
-                env={"RLCYCLE_MODEL_CACHE": str(cache), "RLCYCLE_HOME": str(home)})
+    r = run_cli(
+        [
+            "init-model",
+            "-o",
+            out,
+            "--preset",
+            "smollm2-135m",
+            "--warm-start",
+            two_tasks,
+            "--warm-start-steps",
+            1,
+            "--json",
+        ],
+        env={"RLCYCLE_MODEL_CACHE": str(cache), "RLCYCLE_HOME": str(home)},
+    )
     assert r.exit_code == 0, r.output
     assert "Converting and de-quantizing" not in r.stderr  # no raw progress bar off a terminal
     return out, json.loads(r.stdout.strip().splitlines()[-1])
@@ -64,8 +76,10 @@ def test_the_checkpoint_loads_as_is_and_is_the_real_model(smol, cache):
     tok = AutoTokenizer.from_pretrained(out)
     assert result["n_params"] == sum(p.numel() for p in model.parameters()) == 134_515_008
     assert model.config.num_hidden_layers == 30 and len(tok) == model.config.vocab_size == 49152
-    assert set(model.generation_config.eos_token_id) == {tok.convert_tokens_to_ids("<|im_end|>"),
-                                                         tok.convert_tokens_to_ids("<|endoftext|>")}
+    assert set(model.generation_config.eos_token_id) == {
+        tok.convert_tokens_to_ids("<|im_end|>"),
+        tok.convert_tokens_to_ids("<|endoftext|>"),
+    }
     # Pretrained weights, not random ones: a fact a random model could not continue.
     ids = tok("The capital of France is", return_tensors="pt")["input_ids"]
     with torch.inference_mode():
@@ -102,7 +116,7 @@ def test_the_harness_renders_it_token_exactly(smol):
         tr = reference_transcript(task, renderer)
         full = renderer.render(tr.messages)  # the whole conversation tokenised at once
         assert tr.ids == full[: len(tr.ids)] and len(tr.turns) >= 2
-        assert tok.decode(full[len(tr.ids):]) in ("", "\n")
+        assert tok.decode(full[len(tr.ids) :]) in ("", "\n")
 
 
 def test_bad_gguf_inputs_are_usage_errors_and_write_nothing(cli, tmp_path):

@@ -17,15 +17,28 @@ def tiny_tasks():
     from rlcycle.tasks.suite import Task
 
     return [
-        Task(id="add-fix", instruction="Fix add() in calc.py: it subtracts.", cluster="calc",
-             difficulty=1, repo={"calc.py": "def add(a, b):\n    return a - b\n"},
-             hidden_tests={"test_calc.py": "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
-             solution={"calc.py": "def add(a, b):\n    return a + b\n"}),
-        Task(id="fmt", instruction="Format the price in shop.py.", cluster="shop", difficulty=2,
-             ambiguous=True, clarification_answer="Two decimals with a dollar sign, e.g. $3.50.",
-             repo={"shop.py": "def price(x):\n    return str(x)\n"},
-             hidden_tests={"test_shop.py": "from shop import price\n\ndef test_price():\n    assert price(3.5) == '$3.50'\n"},
-             solution={"shop.py": "def price(x):\n    return f'${x:.2f}'\n"}),
+        Task(
+            id="add-fix",
+            instruction="Fix add() in calc.py: it subtracts.",
+            cluster="calc",
+            difficulty=1,
+            repo={"calc.py": "def add(a, b):\n    return a - b\n"},
+            hidden_tests={"test_calc.py": "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+            solution={"calc.py": "def add(a, b):\n    return a + b\n"},
+        ),
+        Task(
+            id="fmt",
+            instruction="Format the price in shop.py.",
+            cluster="shop",
+            difficulty=2,
+            ambiguous=True,
+            clarification_answer="Two decimals with a dollar sign, e.g. $3.50.",
+            repo={"shop.py": "def price(x):\n    return str(x)\n"},
+            hidden_tests={
+                "test_shop.py": "from shop import price\n\ndef test_price():\n    assert price(3.5) == '$3.50'\n"
+            },
+            solution={"shop.py": "def price(x):\n    return f'${x:.2f}'\n"},
+        ),
     ]
 
 

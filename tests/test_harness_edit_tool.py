@@ -17,8 +17,15 @@ from rlcycle.harness.tools import REPLACED, get_tool
 from rlcycle.tasks import Task
 
 CODE = "def is_adult(age):\n    return age > 18\n\n\ndef is_child(age):\n    return age < 18\n"
-TASK = Task(id="t", instruction="x", cluster="c", difficulty=1, repo={"people.py": CODE},
-            hidden_tests={"test_x.py": ""}, solution={"people.py": CODE.replace("> 18", ">= 18")})
+TASK = Task(
+    id="t",
+    instruction="x",
+    cluster="c",
+    difficulty=1,
+    repo={"people.py": CODE},
+    hidden_tests={"test_x.py": ""},
+    solution={"people.py": CODE.replace("> 18", ">= 18")},
+)
 
 
 class Workspace:
@@ -37,8 +44,9 @@ class Workspace:
 
 
 def call(**arguments):
-    [c] = parse_completion("<tool_call>" + json.dumps({"name": "replace_in_file", "arguments": arguments})
-                           + "</tool_call>").calls
+    [c] = parse_completion(
+        "<tool_call>" + json.dumps({"name": "replace_in_file", "arguments": arguments}) + "</tool_call>"
+    ).calls
     return c
 
 
@@ -59,17 +67,27 @@ def test_one_occurrence_is_replaced_and_counted_as_an_edit():
     assert (out.status, out.output, out.error) == ("ok", "Replaced the text in people.py.", None)
     assert out.lines_proposed == 1 and out.edited
     assert ws.files["people.py"].decode() == TASK.solution["people.py"]
-    assert synthetic_output(TASK, "replace_in_file", {"path": "people.py"}) == out.output == REPLACED.format(path="people.py")
+    assert (
+        synthetic_output(TASK, "replace_in_file", {"path": "people.py"})
+        == out.output
+        == REPLACED.format(path="people.py")
+    )
 
 
-@pytest.mark.parametrize("args, error", [
-    (dict(path="people.py", old="return age >= 21", new="x"), "the old text does not occur in people.py"),
-    (dict(path="people.py", old="18", new="21"), "the old text occurs 2 times in people.py; include neighbouring lines"),
-    (dict(path="people.py", old="", new="x"), "`old` is empty"),
-    (dict(path="people.py", old="age", new="age"), "`old` and `new` are the same"),
-    (dict(path="nope.py", old="a", new="b"), "nope.py: no such file"),
-    (dict(path="../etc/passwd", old="a", new="b"), "not inside the workspace"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (dict(path="people.py", old="return age >= 21", new="x"), "the old text does not occur in people.py"),
+        (
+            dict(path="people.py", old="18", new="21"),
+            "the old text occurs 2 times in people.py; include neighbouring lines",
+        ),
+        (dict(path="people.py", old="", new="x"), "`old` is empty"),
+        (dict(path="people.py", old="age", new="age"), "`old` and `new` are the same"),
+        (dict(path="nope.py", old="a", new="b"), "nope.py: no such file"),
+        (dict(path="../etc/passwd", old="a", new="b"), "not inside the workspace"),
+    ],
+)
 def test_a_replacement_that_cannot_be_made_is_an_error_and_changes_nothing(args, error):
     ws = Workspace({"people.py": CODE})
     out = execute(call(**args), ws, TASK)
@@ -91,5 +109,8 @@ def test_replace_in_file_through_a_real_sandbox(docker_client):
         twice = execute(call(path="pkg/people.py", old="18", new="21"), sb, TASK)
         assert (ok.status, ok.lines_proposed, twice.status) == ("ok", 1, "error")
         assert sb.read_files(["pkg/people.py"])["pkg/people.py"].decode() == CODE.replace("> 18", ">= 18")
-        r = sb.exec(["python3", "-c", "import sys; sys.path.insert(0, 'pkg'); import people; print(people.is_adult(18))"], timeout=30)
+        r = sb.exec(
+            ["python3", "-c", "import sys; sys.path.insert(0, 'pkg'); import people; print(people.is_adult(18))"],
+            timeout=30,
+        )
         assert r.stdout.strip() == "True"

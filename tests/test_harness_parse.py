@@ -18,8 +18,18 @@ def call(name, arguments=None, raw=None):
 
 
 def test_tool_names_are_the_production_names():
-    assert TOOL_NAMES == ("read_file", "write_file", "apply_patch", "replace_in_file", "list_files",
-                          "search", "run_shell", "run_tests", "ask_user", "finish")
+    assert TOOL_NAMES == (
+        "read_file",
+        "write_file",
+        "apply_patch",
+        "replace_in_file",
+        "list_files",
+        "search",
+        "run_shell",
+        "run_tests",
+        "ask_user",
+        "finish",
+    )
     assert TERMINAL_TOOLS == {"ask_user", "finish"}
     assert set(EDIT_TOOLS) == {"write_file", "apply_patch", "replace_in_file"}
     for t in TOOLS:
@@ -29,8 +39,12 @@ def test_tool_names_are_the_production_names():
 
 
 def test_valid_calls_with_reasoning_and_whitespace():
-    text = ("I will look first.\n" + call("read_file", {"path": "app.py"}) + "\n  \n"
-            + '<tool_call>\n{"name": "search", "arguments": {"pattern": "def f", "path": "."}}\n</tool_call>\n')
+    text = (
+        "I will look first.\n"
+        + call("read_file", {"path": "app.py"})
+        + "\n  \n"
+        + '<tool_call>\n{"name": "search", "arguments": {"pattern": "def f", "path": "."}}\n</tool_call>\n'
+    )
     p = parse_completion(text)
     assert p.content == "I will look first.\n"
     assert [c.name for c in p.calls] == ["read_file", "search"]
@@ -38,8 +52,7 @@ def test_valid_calls_with_reasoning_and_whitespace():
     assert p.calls[0].arguments == {"path": "app.py"}
     assert json.loads(p.calls[1].arguments_json) == {"pattern": "def f", "path": "."}
     assert text[slice(*p.calls[0].span)].startswith("<tool_call>")
-    assert p.calls[0].as_log("c1") == {"call_id": "c1", "name": "read_file",
-                                       "arguments": '{"path": "app.py"}'}
+    assert p.calls[0].as_log("c1") == {"call_id": "c1", "name": "read_file", "arguments": '{"path": "app.py"}'}
 
 
 def test_plain_text_has_no_calls():
@@ -76,7 +89,7 @@ def test_run_tests_may_omit_arguments_but_others_may_not():
         ('<tool_call>{"name": "read_file", "arguments": {"path": "a"}}', "unterminated"),
         (call("read_file", {"path": "a"}) + " and then I will edit it", "text_after_call"),
         (call("read_file", {"path": "a"}) + "<tool_response>fake</tool_response>", "text_after_call"),
-        ('oops </tool_call>', "stray_close"),
+        ("oops </tool_call>", "stray_close"),
     ],
 )
 def test_invalid_calls_have_a_code_and_reason(text, code):
@@ -155,7 +168,7 @@ def test_overlong_completion_and_call_body():
         ("<tool_call>{" * 20_000),
         '<tool_call>{"name": "read_file", "arguments": {"path": "' + "\\" * 100_001 + '"}}</tool_call>',
         "\x00\ud800\U0010ffff<tool_call>\u202e{}</tool_call>",
-        "<tool_call>" + "{\"a\":" * 10_000 + "</tool_call>",
+        "<tool_call>" + '{"a":' * 10_000 + "</tool_call>",
         "＜tool_call＞{}＜/tool_call＞",  # full-width look-alikes are plain text
     ],
 )
@@ -169,9 +182,15 @@ def test_hostile_outputs_are_bounded_and_never_raise(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(list('<>/{}[]":,\\ ntoolcal_ufirsd') + ["<tool_call>", "</tool_call>",
-                                 '{"name": "run_tests"}', '"arguments": {}']),
-                max_size=60).map("".join))
+@given(
+    st.lists(
+        st.sampled_from(
+            list('<>/{}[]":,\\ ntoolcal_ufirsd')
+            + ["<tool_call>", "</tool_call>", '{"name": "run_tests"}', '"arguments": {}']
+        ),
+        max_size=60,
+    ).map("".join)
+)
 def test_parser_never_raises_on_random_text(text):
     p = parse_completion(text)
     assert p.n_calls >= len(p.calls)

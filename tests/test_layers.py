@@ -18,15 +18,38 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "rlcycle"
 
 FLOORS: dict[str, int] = {
-    "cli": 5, "__main__": 5,
-    "cycle": 4, "report": 4, "closed_loop": 4, "gateway": 4,
-    "collect": 3, "distill": 3, "train": 3, "evaluation": 3, "deploy": 3, "simulate": 3,
-    "model_init": 3, "inspect": 3,
-    "agent": 2, "harness": 2, "policy": 2, "sandbox": 2, "tasks": 2, "stats": 2, "online": 2,
+    "cli": 5,
+    "__main__": 5,
+    "cycle": 4,
+    "report": 4,
+    "closed_loop": 4,
+    "gateway": 4,
+    "collect": 3,
+    "distill": 3,
+    "train": 3,
+    "evaluation": 3,
+    "deploy": 3,
+    "simulate": 3,
+    "model_init": 3,
+    "inspect": 3,
+    "agent": 2,
+    "harness": 2,
+    "policy": 2,
+    "sandbox": 2,
+    "tasks": 2,
+    "stats": 2,
+    "online": 2,
     "rollout": 2,
-    "__init__": 1, "io": 1, "schema": 1, "config": 1, "errors": 1, "console": 1, "faults": 1,
-    "resources": 1, "digest": 1,
-}  # fmt: skip
+    "__init__": 1,
+    "io": 1,
+    "schema": 1,
+    "config": 1,
+    "errors": 1,
+    "console": 1,
+    "faults": 1,
+    "resources": 1,
+    "digest": 1,
+}
 STAGE_FLOOR = 3
 
 
@@ -174,17 +197,27 @@ def _fake_package(root: Path, files: dict[str, str]) -> Path:
 )
 def test_the_checker_sees_a_bad_import(tmp_path, source, expected):
     """The rules can fail: a collect module importing the CLI, or another stage, is reported."""
-    pkg = _fake_package(tmp_path, {
-        "rlcycle/__init__.py": "", "rlcycle/cli/__init__.py": "", "rlcycle/distill/__init__.py": "",
-        "rlcycle/collect/__init__.py": "", "rlcycle/collect/probe.py": source,
-    })  # fmt: skip
+    pkg = _fake_package(
+        tmp_path,
+        {
+            "rlcycle/__init__.py": "",
+            "rlcycle/cli/__init__.py": "",
+            "rlcycle/distill/__init__.py": "",
+            "rlcycle/collect/__init__.py": "",
+            "rlcycle/collect/probe.py": source,
+        },
+    )
     assert any(expected in p for p in layer_problems(pkg))
 
 
 def test_the_checker_sees_a_circle_through_a_function_import(tmp_path):
-    pkg = _fake_package(tmp_path, {
-        "rlcycle/__init__.py": "", "rlcycle/train/__init__.py": "",
-        "rlcycle/train/a.py": "from rlcycle.train import b\n",
-        "rlcycle/train/b.py": "def f():\n    from rlcycle.train.a import x\n",
-    })  # fmt: skip
+    pkg = _fake_package(
+        tmp_path,
+        {
+            "rlcycle/__init__.py": "",
+            "rlcycle/train/__init__.py": "",
+            "rlcycle/train/a.py": "from rlcycle.train import b\n",
+            "rlcycle/train/b.py": "def f():\n    from rlcycle.train.a import x\n",
+        },
+    )
     assert circles(pkg) == [{"rlcycle.train.a", "rlcycle.train.b"}]

@@ -55,12 +55,21 @@ def test_treatment_learns_and_the_permuted_control_does_not(tmp_path, docker_cli
     spec = tmp_path / "rewards.toml"
     spec.write_text(SPEC)
     out = tmp_path / "exp"
-    sets = {"cycle.reward_spec": json.dumps(str(spec)), "cycle.tasks": json.dumps(str(REPO / "rlcycle" / "data" / "tasks")),
-            "simulate.max_new_tokens": 1, "simulate.max_turns": 1, "simulate.temperature": 0.1,
-            "train.use_sample_temperature": "true", "train.lr": 2e-4, "train.epochs": 2,
-            "eval.max_tasks": 5, "eval.max_new_tokens": 1, "eval.max_turns": 1, "eval.max_latency_ratio": 5.0}  # fmt: skip
-    args = ["--arms", "treatment,control", "--cycles", "1", "--episodes", "28",
-            "--out", str(out), "--json", "-q"]  # fmt: skip
+    sets = {
+        "cycle.reward_spec": json.dumps(str(spec)),
+        "cycle.tasks": json.dumps(str(REPO / "rlcycle" / "data" / "tasks")),
+        "simulate.max_new_tokens": 1,
+        "simulate.max_turns": 1,
+        "simulate.temperature": 0.1,
+        "train.use_sample_temperature": "true",
+        "train.lr": 2e-4,
+        "train.epochs": 2,
+        "eval.max_tasks": 5,
+        "eval.max_new_tokens": 1,
+        "eval.max_turns": 1,
+        "eval.max_latency_ratio": 5.0,
+    }
+    args = ["--arms", "treatment,control", "--cycles", "1", "--episodes", "28", "--out", str(out), "--json", "-q"]
     for key, value in sets.items():
         args += ["--set", f"{key}={value}"]
     assert loop.main(args) == 0
@@ -80,7 +89,9 @@ def test_treatment_learns_and_the_permuted_control_does_not(tmp_path, docker_cli
     # shows up here as a KL in the hundreds, whether or not the reward still rises)
     for arm in ("treatment", "control"):
         steps = pl.read_ipc(out / arm / "cycle-1" / "train" / "checkpoint" / "train_metrics.arrow")
-        assert steps.get_column("mismatch_kl")[0] < 1e-3, f"{arm}: step-1 mismatch_kl {steps.get_column('mismatch_kl')[0]}"
+        assert steps.get_column("mismatch_kl")[0] < 1e-3, (
+            f"{arm}: step-1 mismatch_kl {steps.get_column('mismatch_kl')[0]}"
+        )
     # the experiment's own verdict says the same, with 95% CIs (sessions as clusters)
     verdict = report["verdict"]
     assert verdict["learned"] is True and verdict["on"] == ["reward"], verdict["summary"]

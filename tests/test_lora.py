@@ -83,8 +83,16 @@ def trained(inputs, tmp_path_factory):
     base, ex, _ = inputs
     root = tmp_path_factory.mktemp("runs")
     full = stage.run(tiny(epochs=3), ex, base, root / "full", quiet=True)
-    toml = write_toml(root / "lora.toml", {"r": 4, "target_modules": ["q_proj", "v_proj"]},
-                      lr=5e-2, batch_size=8, micro_batch_tokens=64, max_seq_len=64, save_every=0, epochs=3)  # fmt: skip
+    toml = write_toml(
+        root / "lora.toml",
+        {"r": 4, "target_modules": ["q_proj", "v_proj"]},
+        lr=5e-2,
+        batch_size=8,
+        micro_batch_tokens=64,
+        max_seq_len=64,
+        save_every=0,
+        epochs=3,
+    )
     r = run_cli(
         [
             "train",
@@ -122,9 +130,7 @@ def test_lr_zero_leaves_the_merged_model_equal_to_the_base(inputs, tmp_path):
         "target_modules": ["q_proj", "v_proj"],
         "base": {"id": C.checkpoint_id(base), "path": str(base.resolve())},
     }
-    assert meta["config"]["lora"]["r"] == 4 and meta["id"] == r.checkpoint_id == C.content_id(
-        tmp_path / "ck"
-    )
+    assert meta["config"]["lora"]["r"] == 4 and meta["id"] == r.checkpoint_id == C.content_id(tmp_path / "ck")
 
 
 def test_lora_steps_move_logprobs_like_a_full_fine_tune(inputs, trained):
@@ -143,9 +149,7 @@ def test_lora_steps_move_logprobs_like_a_full_fine_tune(inputs, trained):
     w0, wl = weights(base), weights(root / "lora")
     changed = {k for k in w0 if not torch.equal(w0[k], wl[k])}
     assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in changed), changed
-    delta = (
-        wl["model.layers.0.self_attn.q_proj.weight"] - w0["model.layers.0.self_attn.q_proj.weight"]
-    )
+    delta = wl["model.layers.0.self_attn.q_proj.weight"] - w0["model.layers.0.self_attn.q_proj.weight"]
     assert torch.linalg.matrix_rank(delta, atol=1e-6).item() <= 4
 
 
@@ -184,21 +188,21 @@ def test_resume_with_lora_ends_with_the_same_weights(inputs, tmp_path):
 
 def test_bad_lora_keys_exit_2(cli, inputs, tmp_path):
     base, ex, _ = inputs
-    bad = [({"r": -1}, "lora.r=-1"), ({"r": 4, "target_modules": ["nope_proj"]}, "lora.target_modules=nope_proj"),
-           ({"r": 4, "rank": 8}, "lora.rank: unknown key"), ({"r": 4, "dropout": 1.5}, "lora.dropout=1.5")]  # fmt: skip
+    bad = [
+        ({"r": -1}, "lora.r=-1"),
+        ({"r": 4, "target_modules": ["nope_proj"]}, "lora.target_modules=nope_proj"),
+        ({"r": 4, "rank": 8}, "lora.rank: unknown key"),
+        ({"r": 4, "dropout": 1.5}, "lora.dropout=1.5"),
+    ]
     for i, (lora, message) in enumerate(bad):
-        toml = write_toml(
-            tmp_path / f"bad{i}.toml", lora, batch_size=8, micro_batch_tokens=64, max_seq_len=64
-        )
+        toml = write_toml(tmp_path / f"bad{i}.toml", lora, batch_size=8, micro_batch_tokens=64, max_seq_len=64)
         r = cli(["train", ex, "--base", base, "-o", tmp_path / f"ck{i}", "--config", toml])
         assert r.exit_code == 2, r.output
         assert message in r.error, r.error
         assert not (tmp_path / f"ck{i}").exists()
     # the unknown module's error names the model's real linear layers
     with pytest.raises(InputError) as e:
-        stage.run(
-            tiny(lora={"r": 4, "target_modules": "nope_proj"}), ex, base, tmp_path / "x", quiet=True
-        )
+        stage.run(tiny(lora={"r": 4, "target_modules": "nope_proj"}), ex, base, tmp_path / "x", quiet=True)
     assert "q_proj" in e.value.hint
 
 
@@ -212,9 +216,7 @@ def test_missing_peft_is_a_clear_error(inputs, tmp_path, monkeypatch):
 
 def test_lora_off_by_default_and_r_zero_is_a_full_fine_tune():
     assert TrainConfig().lora_r == 0 and TrainConfig(lora={"r": "0"}).lora == TrainConfig().lora
-    c = TrainConfig(
-        lora={"r": "16", "target_modules": "q_proj,v_proj", "alpha": "32", "dropout": "0.05"}
-    )
+    c = TrainConfig(lora={"r": "16", "target_modules": "q_proj,v_proj", "alpha": "32", "dropout": "0.05"})
     assert c.validate() == [] and c.lora_r == 16 and c.lora_alpha == 32.0
     assert c.lora["target_modules"] == ["q_proj", "v_proj"] and c.lora["dropout"] == 0.05
     assert TrainConfig(lora={"r": 8}).lora_alpha == 16.0  # alpha defaults to 2r
@@ -233,8 +235,9 @@ def test_two_processes_with_lora_equal_one_process(cli, inputs, tmp_path):
         tmp_path / "one",
         quiet=True,
     )
-    toml = write_toml(tmp_path / "two.toml", {"r": 4, "target_modules": ["q_proj", "v_proj"]},
-                      **common, micro_batch_tokens=512)  # fmt: skip
+    toml = write_toml(
+        tmp_path / "two.toml", {"r": 4, "target_modules": ["q_proj", "v_proj"]}, **common, micro_batch_tokens=512
+    )
     r = cli(
         [
             "train",
@@ -327,9 +330,26 @@ def test_an_adapter_that_cannot_be_continued_is_a_clear_error(cli, inputs, tmp_p
     one = tmp_path / "one"
     stage.run(tiny(lora=dict(LORA)), ex, base, one, quiet=True)
     ex2 = write_examples(tmp_path / "ex2.arrow", one, make_rows(8, seed=5), versions=[C.checkpoint_id(one)] * 8)
-    r = cli(["train", ex2, "--base", one, "-o", tmp_path / "two", "--set", "lora.r=8",
-             "--set", "lora.target_modules=q_proj,v_proj", "--set", "batch_size=8", "--set", "max_seq_len=64",
-             "--set", "micro_batch_tokens=64"])  # fmt: skip
+    r = cli(
+        [
+            "train",
+            ex2,
+            "--base",
+            one,
+            "-o",
+            tmp_path / "two",
+            "--set",
+            "lora.r=8",
+            "--set",
+            "lora.target_modules=q_proj,v_proj",
+            "--set",
+            "batch_size=8",
+            "--set",
+            "max_seq_len=64",
+            "--set",
+            "micro_batch_tokens=64",
+        ]
+    )
     assert r.exit_code == 2, r.output
     assert "cannot continue" in r.error and "r=4 (now 8)" in r.error and "continue_adapter=false" in r.error
     assert not (tmp_path / "two").exists()

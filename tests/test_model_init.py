@@ -43,16 +43,26 @@ def test_loads_with_auto_classes_as_is(seed0):
     model = AutoModelForCausalLM.from_pretrained(seed0.path)
     tok = AutoTokenizer.from_pretrained(seed0.path)
     c = model.config
-    assert (c.model_type, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
-            c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings) == \
-        ("qwen2", 256, 4, 4, 2, 704, 4096)
+    assert (
+        c.model_type,
+        c.hidden_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.intermediate_size,
+        c.max_position_embeddings,
+    ) == ("qwen2", 256, 4, 4, 2, 704, 4096)
     assert c.vocab_size == len(tok) == 4096 and c.tie_word_embeddings
     assert model.get_input_embeddings().weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
     assert tok.convert_ids_to_tokens([2, 3, 7]) == ["<|im_end|>", "<tool_call>", "<|pad|>"]
     assert tok.chat_template and 2 in model.generation_config.eos_token_id
     lineage = json.loads(open(f"{seed0.path}/rlcycle.json").read())
     digest = hashlib.sha256(open(f"{seed0.path}/model.safetensors", "rb").read()).hexdigest()
-    assert lineage["id"] == f"sha256:{digest}" == seed0.checkpoint_id and lineage["parent"] is None and lineage["lineage"] == [lineage["id"]]
+    assert (
+        lineage["id"] == f"sha256:{digest}" == seed0.checkpoint_id
+        and lineage["parent"] is None
+        and lineage["lineage"] == [lineage["id"]]
+    )
     assert 3_900_000 < seed0.n_params < 4_100_000
 
 
@@ -96,14 +106,21 @@ def test_cli_warm_start_trains_on_reference_transcripts(cli, tmp_path):
     from rlcycle.tasks.suite import Task, write_task
 
     for i, (old, new) in enumerate([("a - b", "a + b"), ("a * b", "a + b")]):
-        write_task(Task(id=f"add-{i}", instruction="Fix add() in calc.py.", cluster="calc",
-                        difficulty=1, repo={"calc.py": f"def add(a, b):\n    return {old}\n"},
-                        hidden_tests={"test_calc.py": "from calc import add\n\ndef test_add():\n"
-                                                      "    assert add(2, 3) == 5\n"},
-                        solution={"calc.py": f"def add(a, b):\n    return {new}\n"}),
-                   tmp_path / "suite")
-    result = cli(["init-model", "-o", tmp_path / "m", "--warm-start", tmp_path / "suite",
-                  "--warm-start-steps", 2, "--json"])  # fmt: skip
+        write_task(
+            Task(
+                id=f"add-{i}",
+                instruction="Fix add() in calc.py.",
+                cluster="calc",
+                difficulty=1,
+                repo={"calc.py": f"def add(a, b):\n    return {old}\n"},
+                hidden_tests={"test_calc.py": "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+                solution={"calc.py": f"def add(a, b):\n    return {new}\n"},
+            ),
+            tmp_path / "suite",
+        )
+    result = cli(
+        ["init-model", "-o", tmp_path / "m", "--warm-start", tmp_path / "suite", "--warm-start-steps", 2, "--json"]
+    )
     assert result.exit_code == 0, result.output
     warm = json.loads(result.stdout.strip().splitlines()[-1])["warm_start"]
     assert warm["tasks"] == 2 and warm["steps"] == 2 and warm["tokens_trained"] > 0

@@ -19,10 +19,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow
 def test_the_dry_run_runs_every_step_on_cpu(tmp_path):
-    env = {**os.environ, "GPU_CHECK_DIR": str(tmp_path), "RLCYCLE_HOME": str(tmp_path / "home"),
-           "RLCYCLE_VENV": str(Path(sys.executable).parent.parent)}
-    r = subprocess.run(["bash", "scripts/gpu_check.sh", "--dry-run"], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "GPU_CHECK_DIR": str(tmp_path),
+        "RLCYCLE_HOME": str(tmp_path / "home"),
+        "RLCYCLE_VENV": str(Path(sys.executable).parent.parent),
+    }
+    r = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     train = next(x for x in lines if x.startswith("train: "))

@@ -80,8 +80,15 @@ def test_batched_equals_unbatched(policy, prompts, batched_prefill):
 
 
 def test_per_prompt_params_in_one_batch(policy, prompts):
-    plist = [SamplingParams(max_new_tokens=3 + i, temperature=[0.5, 1.0, 0.0, 1.3, 0.8][i],
-                            top_p=[1.0, 0.9, 1.0, 0.5, 0.95][i], seed=1000 + i) for i in range(5)]
+    plist = [
+        SamplingParams(
+            max_new_tokens=3 + i,
+            temperature=[0.5, 1.0, 0.0, 1.3, 0.8][i],
+            top_p=[1.0, 0.9, 1.0, 0.5, 0.95][i],
+            seed=1000 + i,
+        )
+        for i in range(5)
+    ]
     batched = policy.generate(prompts, plist)
     small = HFPolicy(policy.model, policy.tokenizer, HFPolicyConfig(max_batch_size=2, num_threads=1))
     chunked = small.generate(prompts, plist)
@@ -98,7 +105,7 @@ def test_logprobs_match_a_separate_forward_pass(policy, prompts, temperature):
     worst = 0.0
     for p, g in zip(prompts, gens, strict=True):
         logits = forward_logits(policy, p + g.token_ids)
-        logp = torch.log_softmax(logits[len(p) - 1:-1] / temperature, dim=-1)
+        logp = torch.log_softmax(logits[len(p) - 1 : -1] / temperature, dim=-1)
         recomputed = logp.gather(-1, torch.tensor(g.token_ids).unsqueeze(-1)).squeeze(-1)
         worst = max(worst, (recomputed - torch.tensor(g.logprobs)).abs().max().item())
         assert policy.score(p, g.token_ids, temperature) == pytest.approx(recomputed.tolist(), abs=1e-4)
@@ -205,8 +212,7 @@ def test_load_policy_picks_the_backend(tmp_path, policy):
 
 def test_prefix_cache_reuses_turns_and_matches_a_cold_run(policy, prompts):
     """Turn 2 extends turn 1 (prompt + completion + tool text): only the new part is prefilled."""
-    warm = HFPolicy(policy.model, policy.tokenizer,
-                    HFPolicyConfig(num_threads=1, prefix_cache_tokens=10_000))
+    warm = HFPolicy(policy.model, policy.tokenizer, HFPolicyConfig(num_threads=1, prefix_cache_tokens=10_000))
     sp = SamplingParams(max_new_tokens=10, temperature=1.0, seed=21, stop_token_ids=(99999,))
     first = warm.generate(prompts[:3], sp)
     assert warm.prefix.hits == 0

@@ -28,8 +28,7 @@ def policy():
     from rlcycle.model_init import InitModelConfig, build_model
 
     tok = AutoTokenizer.from_pretrained(str(REPO / "sample_data" / "tokenizer"))
-    return HFPolicy(build_model(InitModelConfig(seed=0), tok), tok,
-                    HFPolicyConfig(num_threads=1), name="tiny")
+    return HFPolicy(build_model(InitModelConfig(seed=0), tok), tok, HFPolicyConfig(num_threads=1), name="tiny")
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +43,11 @@ def server(policy):
 
 
 def post(url, body, headers=None):
-    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read())
@@ -53,11 +55,14 @@ def post(url, body, headers=None):
         return e.code, json.loads(e.read())
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(max_new_tokens=12, temperature=1.0, seed=11),
-    SamplingParams(max_new_tokens=12, temperature=0.7, top_p=0.8, seed=12),
-    SamplingParams(max_new_tokens=8, temperature=0.0),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(max_new_tokens=12, temperature=1.0, seed=11),
+        SamplingParams(max_new_tokens=12, temperature=0.7, top_p=0.8, seed=12),
+        SamplingParams(max_new_tokens=8, temperature=0.0),
+    ],
+)
 def test_http_and_in_process_give_the_same_samples(policy, prompts, server, params):
     client = HTTPPolicy(server.url + "/v1")
     try:
@@ -107,17 +112,20 @@ def test_models_endpoint_and_health(server):
         assert r.read() == b"ok"
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"top_k": 5}, "top_k"),
-    ({"repetition_penalty": 1.2}, "repetition_penalty"),
-    ({"stop": ["\n"]}, "stop"),
-    ({"n": 2}, "n must be 1"),
-    ({"stream": True}, "stream"),
-    ({"prompt": "not ids"}, None),  # text prompts are tokenised: accepted
-    ({"prompt": [[]]}, "prompt"),
-    ({"prompt": [1, 99999]}, "outside"),
-    ({"temperature": -1}, "temperature"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"top_k": 5}, "top_k"),
+        ({"repetition_penalty": 1.2}, "repetition_penalty"),
+        ({"stop": ["\n"]}, "stop"),
+        ({"n": 2}, "n must be 1"),
+        ({"stream": True}, "stream"),
+        ({"prompt": "not ids"}, None),  # text prompts are tokenised: accepted
+        ({"prompt": [[]]}, "prompt"),
+        ({"prompt": [1, 99999]}, "outside"),
+        ({"temperature": -1}, "temperature"),
+    ],
+)
 def test_requests_that_would_change_the_distribution_are_refused(server, extra, message):
     body = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 2, "logprobs": 1, **extra}
     status, resp = post(server.url, body)
@@ -156,9 +164,23 @@ def test_serve_command_end_to_end(tmp_path, prompts, policy):
 
     init_model(tmp_path / "m", seed=0)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlcycle", "serve", "--policy", str(tmp_path / "m"), "--port", "0",
-         "--json", "--device", "cpu"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "rlcycle",
+            "serve",
+            "--policy",
+            str(tmp_path / "m"),
+            "--port",
+            "0",
+            "--json",
+            "--device",
+            "cpu",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     try:

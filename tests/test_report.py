@@ -34,18 +34,38 @@ def _trajectories(path: Path) -> None:
     for i in range(8):  # two policy versions, the second after the first
         version = "pa" if i < 4 else "pb"
         followup = EVIL if i == 1 else ("thanks, works" if i % 2 else "that's wrong, revert")
-        turns = [{"tool_calls": [call("write_file")], "edit_lines_proposed": 10, "edit_lines_surviving": 4 + i % 5},
-                 {"tool_calls": [call("run", "invalid")] if i % 3 == 0 else [], "latency_ms": 800.0 + 100 * i}]  # fmt: skip
-        rows += episode(f"e{i}", turns, start=T0 + i * 60_000, followup=followup, feedback=1.0 if i % 2 else None,
-                        policy_version=version, prompt=[1, 2, i % 2])  # fmt: skip
-    rows += episode("e-ask", [{"tool_calls": [call("ask_user")]}], start=T0 + 9 * 60_000, followup="the csv one",
-                    policy_version="pb")  # fmt: skip
+        turns = [
+            {"tool_calls": [call("write_file")], "edit_lines_proposed": 10, "edit_lines_surviving": 4 + i % 5},
+            {"tool_calls": [call("run", "invalid")] if i % 3 == 0 else [], "latency_ms": 800.0 + 100 * i},
+        ]
+        rows += episode(
+            f"e{i}",
+            turns,
+            start=T0 + i * 60_000,
+            followup=followup,
+            feedback=1.0 if i % 2 else None,
+            policy_version=version,
+            prompt=[1, 2, i % 2],
+        )
+    rows += episode(
+        "e-ask",
+        [{"tool_calls": [call("ask_user")]}],
+        start=T0 + 9 * 60_000,
+        followup="the csv one",
+        policy_version="pb",
+    )
     write_trajectories(path, rows)
 
 
 def _manifest(run: Path, stage: str, result: dict, seconds: float = 1.5) -> None:
-    doc = {"stage": stage, "key": "k", "result": result, "seconds": seconds, "finished": "2026-12-02T10:00:00+00:00",
-           "config": {"objective": "ppo", "lr": 1e-5, "batch_size": 8, "kl_coef": 0.0} if stage == "train" else {}}  # fmt: skip
+    doc = {
+        "stage": stage,
+        "key": "k",
+        "result": result,
+        "seconds": seconds,
+        "finished": "2026-12-02T10:00:00+00:00",
+        "config": {"objective": "ppo", "lr": 1e-5, "batch_size": 8, "kl_coef": 0.0} if stage == "train" else {},
+    }
     (run / stage / "manifest.json").write_text(json.dumps(doc))
 
 
@@ -61,11 +81,32 @@ def _distill(run: Path) -> None:
 def _train(run: Path, steps: int = 6) -> None:
     from rlcycle.train.stage import metrics_table
 
-    rows = [{"step": k, "epoch": 0, "lr": 1e-5, "loss": 0.5 / k, "pg_loss": 0.5 / k, "kl_loss": 0.0, "rows": 8,
-             "loss_tokens": 100, "tokens": 400, "ratio_mean": 1.0, "ratio_min": 0.9, "ratio_max": 1.1,
-             "mismatch_kl": 0.01 * k, "clip_frac": 0.1 * k / steps, "clip_frac_low": 0.0, "clip_frac_high": 0.05,
-             "kl_ref": None, "grad_norm": float("nan") if k == 3 else 1.0 / k, "skipped": k == 3,
-             "tokens_per_s": 1000.0, "step_seconds": 0.4} for k in range(1, steps + 1)]  # fmt: skip
+    rows = [
+        {
+            "step": k,
+            "epoch": 0,
+            "lr": 1e-5,
+            "loss": 0.5 / k,
+            "pg_loss": 0.5 / k,
+            "kl_loss": 0.0,
+            "rows": 8,
+            "loss_tokens": 100,
+            "tokens": 400,
+            "ratio_mean": 1.0,
+            "ratio_min": 0.9,
+            "ratio_max": 1.1,
+            "mismatch_kl": 0.01 * k,
+            "clip_frac": 0.1 * k / steps,
+            "clip_frac_low": 0.0,
+            "clip_frac_high": 0.05,
+            "kl_ref": None,
+            "grad_norm": float("nan") if k == 3 else 1.0 / k,
+            "skipped": k == 3,
+            "tokens_per_s": 1000.0,
+            "step_seconds": 0.4,
+        }
+        for k in range(1, steps + 1)
+    ]
     (run / "train/checkpoint").mkdir(parents=True)
     rio.write_table(metrics_table(rows), run / "train/checkpoint/train_metrics.arrow")
     _manifest(run, "train", {"checkpoint_id": "sha256:cand", "steps": steps}, seconds=12.0)
@@ -77,13 +118,28 @@ def _eval(run: Path) -> None:
     rows = []
     for t in range(6):
         for policy, passed in (("candidate:sha256:cand", t % 2 == 0), ("baseline:sha256:base", t % 3 == 0)):
-            rows.append({"task_id": f"task-{t}", "cluster": f"<c{t % 3}>", "policy": policy, "attempt": 0,
-                         "status": "pass" if passed else "fail", "reward": float(passed), "turns": 2, "n_tool_calls": 3,
-                         "n_invalid_tool_calls": 0, "edited": True, "asked_clarification": False, "tokens": 50,
-                         "latency_ms": 900.0 if policy.startswith("c") else 1000.0})  # fmt: skip
+            rows.append(
+                {
+                    "task_id": f"task-{t}",
+                    "cluster": f"<c{t % 3}>",
+                    "policy": policy,
+                    "attempt": 0,
+                    "status": "pass" if passed else "fail",
+                    "reward": float(passed),
+                    "turns": 2,
+                    "n_tool_calls": 3,
+                    "n_invalid_tool_calls": 0,
+                    "edited": True,
+                    "asked_clarification": False,
+                    "tokens": 50,
+                    "latency_ms": 900.0 if policy.startswith("c") else 1000.0,
+                }
+            )
     table = conform(pa.Table.from_pylist(rows, schema=EVAL_RESULTS.schema), EVAL_RESULTS)
     rio.write_table(table, run / "eval/eval_results.arrow")
-    verdict = decide(pl.from_arrow(table), "candidate:sha256:cand", "baseline:sha256:base", GateConfig(min_paired_tasks=3))
+    verdict = decide(
+        pl.from_arrow(table), "candidate:sha256:cand", "baseline:sha256:base", GateConfig(min_paired_tasks=3)
+    )
     verdict.update(candidate_id="sha256:cand", baseline_id="sha256:base", config={"max_pass_rate_drop": 0.0})
     (run / "eval/verdict.json").write_text(json.dumps(verdict))
     _manifest(run, "eval", {"decision": verdict["decision"], "failed_gates": [], "status": "ran"}, seconds=30.0)
@@ -304,8 +360,12 @@ def test_dissatisfied_rate_matches_the_distill_monitors(tmp_path):
     m, _ = run_online_metrics(run)
     monitors = run.json("reward_report")["per_policy_version"]
     for v in m.versions:
-        for mine, theirs in (("dissatisfied_rate", "dissatisfied_rate"), ("clarification_rate", "clarification_rate"),
-                             ("edit_rate", "edit_rate"), ("latency_ms", "mean_latency_ms")):  # fmt: skip
+        for mine, theirs in (
+            ("dissatisfied_rate", "dissatisfied_rate"),
+            ("clarification_rate", "clarification_rate"),
+            ("edit_rate", "edit_rate"),
+            ("latency_ms", "mean_latency_ms"),
+        ):
             assert m.metrics[v][mine].value == pytest.approx(monitors[v][theirs], abs=1e-6)
 
 

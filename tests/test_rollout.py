@@ -60,8 +60,21 @@ def test_bad_executor_exits_2_before_any_sandbox_starts(cli, tmp_path, root, tas
     out = tmp_path / "e.jsonl"
     r = cli(["simulate", "-p", "scripted:reference", "-t", root, "-o", out, "--executor", "slurm"])
     assert r.exit_code == 2 and "executor='slurm'" in r.error and not out.exists()
-    r = cli(["eval", "--candidate", "scripted:reference", "--baseline", "scripted:nothing",
-             "--tasks", root, "-o", tmp_path / "r.arrow", "--executor", "slurm"])  # fmt: skip
+    r = cli(
+        [
+            "eval",
+            "--candidate",
+            "scripted:reference",
+            "--baseline",
+            "scripted:nothing",
+            "--tasks",
+            root,
+            "-o",
+            tmp_path / "r.arrow",
+            "--executor",
+            "slurm",
+        ]
+    )
     assert r.exit_code == 2 and "executor='slurm'" in r.error
 
 
@@ -126,7 +139,7 @@ def test_shards_are_the_full_runs_rows_and_local_is_run_episodes(tasks, docker_c
         shards = [
             run_episodes(policy, "scripted:reference", tasks, pool, runner, attempts=2, seed=5, only=o)
             for o in ([3, 1], [0], [2])
-        ]  # fmt: skip
+        ]
     assert [r.index for r in shards[0]] == [3, 1]  # in the order asked
     pieces = sorted((r for s in shards for r in s), key=lambda r: r.index)
     assert rows(pieces) == rows(full)
@@ -182,17 +195,30 @@ def test_with_the_prefix_cache_eval_rows_are_identical_and_events_differ_only_in
     tables = []
     for n in (0, 16384):
         out = tmp_path / f"eval{n}" / "eval_results.arrow"
-        config = eval_stage.EvalConfig(attempts=2, sandboxes=2, max_turns=2, max_new_tokens=24,
-                                       temperature=temperature, min_paired_tasks=2,
-                                       prefix_cache_tokens=n)  # fmt: skip
+        config = eval_stage.EvalConfig(
+            attempts=2,
+            sandboxes=2,
+            max_turns=2,
+            max_new_tokens=24,
+            temperature=temperature,
+            min_paired_tasks=2,
+            prefix_cache_tokens=n,
+        )
         eval_stage.run(config, str(cand), str(base), root, out)
         tables.append(pl.read_ipc(out).drop("latency_ms").sort("policy", "task_id", "attempt"))
     assert tables[0].height == 8 and tables[1].equals(tables[0])
     events = []
     for n in (0, 16384):
         out = tmp_path / f"sim{n}.jsonl"
-        config = SimulateConfig(episodes=4, sandboxes=2, max_turns=2, max_new_tokens=24, seed=3,
-                                temperature=temperature, prefix_cache_tokens=n)  # fmt: skip
+        config = SimulateConfig(
+            episodes=4,
+            sandboxes=2,
+            max_turns=2,
+            max_new_tokens=24,
+            seed=3,
+            temperature=temperature,
+            prefix_cache_tokens=n,
+        )
         simulate(config, str(cand), root, out, quiet=True)
         events.append(scrub([json.loads(line) for line in out.read_text().splitlines()]))
     cold, warm = ([e for e in evs if e["type"] == "completion"] for evs in events)

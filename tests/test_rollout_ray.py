@@ -45,9 +45,7 @@ def rows(results):
 def stable(events):
     # Prompts after a run_tests call hold pytest's own duration ("1 passed in 0.03s").
     return sorted(
-        json.dumps(
-            {k: v for k, v in e.items() if k != "prompt_ids" or e["turn"] == 0}, sort_keys=True
-        )
+        json.dumps({k: v for k, v in e.items() if k != "prompt_ids" or e["turn"] == 0}, sort_keys=True)
         for e in scrub(events)
     )
 
@@ -56,9 +54,7 @@ def leftovers(docker_client, prefix):
     return [x for x in list_leftovers(docker_client) if x.run.startswith(prefix)]
 
 
-def test_simulate_events_are_the_same_rows_locally_and_on_1_2_4_workers(
-    suite, tmp_path, docker_client, local_ray
-):
+def test_simulate_events_are_the_same_rows_locally_and_on_1_2_4_workers(suite, tmp_path, docker_client, local_ray):
     root, _ = suite
     base = dict(episodes=6, sandboxes=2, seed=3)
     got = {}
@@ -78,9 +74,7 @@ def test_simulate_events_are_the_same_rows_locally_and_on_1_2_4_workers(
             "calc-add-a1",
         ]
         got[name] = stable(events)
-    assert (
-        got["ray1"] == got["local"] and got["ray2"] == got["local"] and got["ray4"] == got["local"]
-    )
+    assert got["ray1"] == got["local"] and got["ray2"] == got["local"] and got["ray4"] == got["local"]
     assert leftovers(docker_client, "ray-") == []
 
 
@@ -92,9 +86,27 @@ def test_eval_results_are_the_same_rows_on_ray(cli, suite, tmp_path, docker_clie
         ("ray", ["--executor", "ray", "--set", "workers_per_node=2"]),
     ]:
         out = tmp_path / name / "eval_results.arrow"
-        r = cli(["eval", "--candidate", "scripted:reference", "--baseline", "scripted:nothing", "--tasks", root,
-                 "-o", out, "--attempts", "2", "--sandboxes", "2", "--set", "min_paired_tasks=2",
-                 "--json", *extra])  # fmt: skip
+        r = cli(
+            [
+                "eval",
+                "--candidate",
+                "scripted:reference",
+                "--baseline",
+                "scripted:nothing",
+                "--tasks",
+                root,
+                "-o",
+                out,
+                "--attempts",
+                "2",
+                "--sandboxes",
+                "2",
+                "--set",
+                "min_paired_tasks=2",
+                "--json",
+                *extra,
+            ]
+        )
         assert r.exit_code in (0, 3), r.output
         import polars as pl
 
@@ -103,22 +115,24 @@ def test_eval_results_are_the_same_rows_on_ray(cli, suite, tmp_path, docker_clie
     assert tables["ray"].equals(tables["local"]) and tables["local"].height == 8
 
 
-def test_a_killed_worker_without_retries_makes_its_episodes_infrastructure_errors(
-    suite, docker_client, local_ray
-):
+def test_a_killed_worker_without_retries_makes_its_episodes_infrastructure_errors(suite, docker_client, local_ray):
     _, tasks = suite
     killed = []
-    with open_executor(
-        RolloutConfig("ray", workers_per_node=2, worker_retries=0), sandboxes=1
-    ) as ex:
+    with open_executor(RolloutConfig("ray", workers_per_node=2, worker_retries=0), sandboxes=1) as ex:
 
         def kill_a_busy_one(r):
             if not killed and (busy := ex.worker_pids(busy_only=True)):
                 killed.append(busy[0])
                 os.kill(busy[0], signal.SIGKILL)
 
-        results = ex.run(PolicySpec("scripted:reference"), "scripted:reference", tasks, RunnerConfig(),
-                         attempts=3, on_result=kill_a_busy_one)  # fmt: skip
+        results = ex.run(
+            PolicySpec("scripted:reference"),
+            "scripted:reference",
+            tasks,
+            RunnerConfig(),
+            attempts=3,
+            on_result=kill_a_busy_one,
+        )
         label = ex.run_label
         assert ex.stats["worker_deaths"] == 1
     assert sorted(r.index for r in results) == list(range(6))  # nothing lost, nothing twice
@@ -129,9 +143,7 @@ def test_a_killed_worker_without_retries_makes_its_episodes_infrastructure_error
     assert leftovers(docker_client, label) == []
 
 
-def test_a_policy_error_stops_the_run_with_that_error_and_leaves_nothing(
-    suite, docker_client, local_ray
-):
+def test_a_policy_error_stops_the_run_with_that_error_and_leaves_nothing(suite, docker_client, local_ray):
     """Not a worker death: the run stops with the policy's own error (as locally), the shards
     still running on other workers are abandoned, and their containers are swept."""
     from rlcycle.errors import InputError
@@ -154,8 +166,7 @@ def two_nodes():
         ray.shutdown()
     # A dead node is noticed after ~1.5 s of missed health checks (default: ~15 s).
     fast = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
-    head = {"num_cpus": 1, "object_store_memory": STORE, "include_dashboard": False,
-            "_system_config": fast}  # fmt: skip
+    head = {"num_cpus": 1, "object_store_memory": STORE, "include_dashboard": False, "_system_config": fast}
     cluster = Cluster(initialize_head=True, head_node_args=head)
     cluster.add_node(num_cpus=1, object_store_memory=STORE)
     ray.init(address=cluster.address, log_to_driver=False)
@@ -169,9 +180,7 @@ def test_two_nodes_a_worker_killed_mid_run_is_retried_elsewhere(suite, docker_cl
     _, tasks = suite
     runner = RunnerConfig()
     with open_executor(RolloutConfig("ray"), sandboxes=1) as ex:
-        reference = ex.run(
-            PolicySpec("scripted:reference"), "scripted:reference", tasks, runner, attempts=4
-        )
+        reference = ex.run(PolicySpec("scripted:reference"), "scripted:reference", tasks, runner, attempts=4)
         assert ex.stats["workers"] == 2  # one per node
         killed = []
 
@@ -180,8 +189,9 @@ def test_two_nodes_a_worker_killed_mid_run_is_retried_elsewhere(suite, docker_cl
                 killed.append(busy[0])
                 os.kill(busy[0], signal.SIGKILL)
 
-        results = ex.run(PolicySpec("scripted:reference"), "scripted:reference", tasks, runner,
-                         attempts=4, on_result=kill_a_busy_one)  # fmt: skip
+        results = ex.run(
+            PolicySpec("scripted:reference"), "scripted:reference", tasks, runner, attempts=4, on_result=kill_a_busy_one
+        )
         label = ex.run_label
         assert killed and ex.stats["worker_deaths"] == 1 and ex.stats["retried_episodes"] >= 1
         assert killed[0] not in ex.worker_pids() and len(ex.worker_pids()) == 2  # replaced
@@ -191,9 +201,7 @@ def test_two_nodes_a_worker_killed_mid_run_is_retried_elsewhere(suite, docker_cl
     assert leftovers(docker_client, label) == []
 
 
-def test_two_nodes_a_node_lost_mid_run_has_its_shard_rerun_on_the_other(
-    suite, docker_client, two_nodes
-):
+def test_two_nodes_a_node_lost_mid_run_has_its_shard_rerun_on_the_other(suite, docker_client, two_nodes):
     """The second node goes down (all its processes killed) while its worker runs a shard: the
     shard is rerun on the head node's worker, no worker replaces the lost one, and the rows
     are an undisturbed run's."""
@@ -202,8 +210,7 @@ def test_two_nodes_a_node_lost_mid_run_has_its_shard_rerun_on_the_other(
     head = two_nodes.head_node.node_id
     other = next(n for n in two_nodes.list_all_nodes() if n.node_id != head)
     with open_executor(RolloutConfig("ray"), sandboxes=1) as ex:
-        reference = ex.run(PolicySpec("scripted:reference"), "scripted:reference", tasks, runner,
-                           attempts=6)  # fmt: skip
+        reference = ex.run(PolicySpec("scripted:reference"), "scripted:reference", tasks, runner, attempts=6)
         removed = []
 
         def remove_the_other_node_while_busy(r):
@@ -212,8 +219,14 @@ def test_two_nodes_a_node_lost_mid_run_has_its_shard_rerun_on_the_other(
                 removed.append(busy[0].pid)
                 two_nodes.remove_node(other, allow_graceful=False)
 
-        results = ex.run(PolicySpec("scripted:reference"), "scripted:reference", tasks, runner,
-                         attempts=6, on_result=remove_the_other_node_while_busy)  # fmt: skip
+        results = ex.run(
+            PolicySpec("scripted:reference"),
+            "scripted:reference",
+            tasks,
+            runner,
+            attempts=6,
+            on_result=remove_the_other_node_while_busy,
+        )
         label = ex.run_label
         assert removed and ex.stats["worker_deaths"] == 1 and ex.stats["retried_episodes"] >= 1
         assert len(ex.workers) == 1 and ex.workers[0].node == head  # none on the lost node

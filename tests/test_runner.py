@@ -26,19 +26,35 @@ PATCH = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    re
 
 def make_suite(root: Path) -> list[Task]:
     """Two tiny tasks: a one-line fix (clear) and a new function (ambiguous)."""
-    write_task(Task(
-        id="calc-add", instruction="Fix add() in calc.py: it subtracts instead of adding.",
-        cluster="calc", difficulty=1, repo={"calc.py": CALC},
-        hidden_tests={"test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
-        solution={"calc.py": CALC.replace("a - b", "a + b")},
-    ), root)  # fmt: skip
-    write_task(Task(
-        id="greet", instruction="Add a greet function to greet.py.", cluster="text", difficulty=1,
-        ambiguous=True, clarification_question="What should greet return?",
-        clarification_answer="greet(name) returns 'Hello, NAME!'", repo={"README.md": "demo\n"},
-        hidden_tests={"test_greet.py": "from greet import greet\n\n\ndef test_greet():\n    assert greet('Bo') == 'Hello, Bo!'\n"},
-        solution={"greet.py": "def greet(name):\n    return f'Hello, {name}!'\n"},
-    ), root)  # fmt: skip
+    write_task(
+        Task(
+            id="calc-add",
+            instruction="Fix add() in calc.py: it subtracts instead of adding.",
+            cluster="calc",
+            difficulty=1,
+            repo={"calc.py": CALC},
+            hidden_tests={"test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+            solution={"calc.py": CALC.replace("a - b", "a + b")},
+        ),
+        root,
+    )
+    write_task(
+        Task(
+            id="greet",
+            instruction="Add a greet function to greet.py.",
+            cluster="text",
+            difficulty=1,
+            ambiguous=True,
+            clarification_question="What should greet return?",
+            clarification_answer="greet(name) returns 'Hello, NAME!'",
+            repo={"README.md": "demo\n"},
+            hidden_tests={
+                "test_greet.py": "from greet import greet\n\n\ndef test_greet():\n    assert greet('Bo') == 'Hello, Bo!'\n"
+            },
+            solution={"greet.py": "def greet(name):\n    return f'Hello, {name}!'\n"},
+        ),
+        root,
+    )
     return load_suite(root)
 
 
@@ -100,21 +116,48 @@ def expected_events(tok, task: Task, session: str) -> list[dict]:
     for turn, text in enumerate(REPLAY):
         sample, call = f"{ep}-t{turn}", f"{ep}-t{turn}-c0"
         ids = tok(text, add_special_tokens=False)["input_ids"] + [im_end]
-        body = json.loads(text[text.index("<tool_call>") + 11:text.index("</tool_call>")])
-        events.append({
-            "event_id": f"{sample}-completion", "type": "completion", "session_id": session,
-            "episode_id": ep, "sample_id": sample, "turn": turn, "policy_version": "replay-1",
-            "prompt_ids": renderer.render(messages, add_generation_prompt=True),
-            "completion_ids": ids, "completion_logprobs": [0.0] * len(ids), "completion_text": text,
-            "tool_calls": [{"call_id": call, "name": body["name"],
-                            "arguments": json.dumps(body["arguments"]) if turn != 1
-                            else json.dumps(body)}],
-            "temperature": 0.7, "max_new_tokens": RunnerConfig().max_new_tokens, "loss_mask": [1] * len(ids),
-        })  # fmt: skip
-        status, error = ("invalid", "invalid tool call (missing_argument): apply_patch: "
-                         "missing argument 'patch'") if turn == 1 else ("ok", None)  # fmt: skip
-        events.append({"event_id": f"{call}-result", "type": "tool_result", "session_id": session,
-                       "sample_id": sample, "call_id": call, "status": status, "error": error})
+        body = json.loads(text[text.index("<tool_call>") + 11 : text.index("</tool_call>")])
+        events.append(
+            {
+                "event_id": f"{sample}-completion",
+                "type": "completion",
+                "session_id": session,
+                "episode_id": ep,
+                "sample_id": sample,
+                "turn": turn,
+                "policy_version": "replay-1",
+                "prompt_ids": renderer.render(messages, add_generation_prompt=True),
+                "completion_ids": ids,
+                "completion_logprobs": [0.0] * len(ids),
+                "completion_text": text,
+                "tool_calls": [
+                    {
+                        "call_id": call,
+                        "name": body["name"],
+                        "arguments": json.dumps(body["arguments"]) if turn != 1 else json.dumps(body),
+                    }
+                ],
+                "temperature": 0.7,
+                "max_new_tokens": RunnerConfig().max_new_tokens,
+                "loss_mask": [1] * len(ids),
+            }
+        )
+        status, error = (
+            ("invalid", "invalid tool call (missing_argument): apply_patch: missing argument 'patch'")
+            if turn == 1
+            else ("ok", None)
+        )
+        events.append(
+            {
+                "event_id": f"{call}-result",
+                "type": "tool_result",
+                "session_id": session,
+                "sample_id": sample,
+                "call_id": call,
+                "status": status,
+                "error": error,
+            }
+        )
         messages = messages + [{"role": "assistant", "content": text}]
         if turn < len(OUTPUTS):
             messages.append({"role": "tool", "content": OUTPUTS[turn]})
@@ -127,16 +170,32 @@ def test_a_replayed_trajectory_gives_exactly_the_expected_events(tok, suite, poo
     config = RunnerConfig(temperature=0.7, run_id="t")
     [r] = run_episodes(policy, "replay-1", [task], pool, config, seed=0, simulate_user=True)
     assert (r.status, r.end_reason, r.turns, r.n_tool_calls, r.n_invalid_tool_calls) == ("pass", "finish", 5, 5, 1)
-    assert r.edited and not r.asked_clarification and r.tokens == sum(len(e["completion_ids"]) for e in r.events if e["type"] == "completion")
+    assert (
+        r.edited
+        and not r.asked_clarification
+        and r.tokens == sum(len(e["completion_ids"]) for e in r.events if e["type"] == "completion")
+    )
     session = "t-calc-add-a0"
     ep = f"{session}-e0"
     # The simulated user's late signals, from the seeded user (golden values).
     late = [
-        {"event_id": f"{ep}-user", "type": "user_message", "session_id": session, "episode_id": ep,
-         "text": SATISFIED[1]},
-        {"event_id": f"{ep}-t2-c0-outcome", "type": "edit_outcome", "session_id": session,
-         "sample_id": f"{ep}-t2", "call_id": f"{ep}-t2-c0", "lines_proposed": 1, "lines_surviving": 1},
-    ]  # fmt: skip
+        {
+            "event_id": f"{ep}-user",
+            "type": "user_message",
+            "session_id": session,
+            "episode_id": ep,
+            "text": SATISFIED[1],
+        },
+        {
+            "event_id": f"{ep}-t2-c0-outcome",
+            "type": "edit_outcome",
+            "session_id": session,
+            "sample_id": f"{ep}-t2",
+            "call_id": f"{ep}-t2-c0",
+            "lines_proposed": 1,
+            "lines_surviving": 1,
+        },
+    ]
     assert scrub(r.events) == expected_events(tok, task, session) + late
     delay = r.events[-1]["observed_after_s"]
     # Time: RFC 3339, never backwards within the session; the outcome comes hours later.

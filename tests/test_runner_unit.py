@@ -39,10 +39,15 @@ def tok():
 
 
 def task(**kw) -> Task:
-    base = dict(id="t1", instruction="Fix add().", cluster="c", difficulty=1,
-                repo={"calc.py": "def add(a, b):\n    return a - b\n"},
-                hidden_tests={"test_x.py": "def test():\n    pass\n"},
-                solution={"calc.py": "def add(a, b):\n    return a + b\n"})  # fmt: skip
+    base = dict(
+        id="t1",
+        instruction="Fix add().",
+        cluster="c",
+        difficulty=1,
+        repo={"calc.py": "def add(a, b):\n    return a - b\n"},
+        hidden_tests={"test_x.py": "def test():\n    pass\n"},
+        solution={"calc.py": "def add(a, b):\n    return a + b\n"},
+    )
     return Task(**{**base, **kw})
 
 
@@ -104,8 +109,9 @@ def test_the_simulated_user_follows_the_rules_and_is_seeded():
     assert user.surviving(7, True, rng) == 7
     assert all(0 <= user.surviving(7, False, rng) <= 3 for _ in range(50))
     a, b = random.Random(5), random.Random(5)
-    assert [user.react(SessionOutcome(False, True, "finish"), a) for _ in range(5)] == \
-           [user.react(SessionOutcome(False, True, "finish"), b) for _ in range(5)]
+    assert [user.react(SessionOutcome(False, True, "finish"), a) for _ in range(5)] == [
+        user.react(SessionOutcome(False, True, "finish"), b) for _ in range(5)
+    ]
     silent = SimulatedUser(UserConfig(followup_rate=0.0, feedback_rate=0.0))
     assert silent.react(SessionOutcome(True, True, "finish"), rng) == Reaction(None, "none", None)
     assert UserConfig(feedback_rate=2.0, edit_delay_min_h=3, edit_delay_max_h=1).validate() == [
@@ -119,20 +125,34 @@ def test_the_simulated_user_follows_the_rules_and_is_seeded():
 
 def test_session_log_ids_time_and_episodes():
     log = SessionLog("s", "p1", SimClock(parse_time_ms("2026-12-01T00:00:00Z")), 1.0)
-    sid, cids = log.completion([1, 2], [3, 4], [-0.5, -0.25], "x", [("read_file", "{}"), (None, "{bad")], 1500.0, [1, 1])
+    sid, cids = log.completion(
+        [1, 2], [3, 4], [-0.5, -0.25], "x", [("read_file", "{}"), (None, "{bad")], 1500.0, [1, 1]
+    )
     assert (sid, cids) == ("s-e0-t0", ["s-e0-t0-c0", "s-e0-t0-c1"])
     log.tool_result(sid, cids[0], "ok", None, 250.0, edit_lines=3)
     log.user_message("answer", 60_000, next_episode=True)
     sid2, _ = log.completion([1], [5], [0.0], "y", [], 10.0, [1])
     assert sid2 == "s-e1-t0"
     e = log.events
-    assert [x["ts"] for x in e] == ["2026-12-01T00:00:01.500Z", "2026-12-01T00:00:01.750Z",
-                                    "2026-12-01T00:01:01.750Z", "2026-12-01T00:01:01.760Z"]
+    assert [x["ts"] for x in e] == [
+        "2026-12-01T00:00:01.500Z",
+        "2026-12-01T00:00:01.750Z",
+        "2026-12-01T00:01:01.750Z",
+        "2026-12-01T00:01:01.760Z",
+    ]
     assert e[0]["tool_calls"][1] == {"call_id": "s-e0-t0-c1", "name": None, "arguments": "{bad"}
-    assert e[2] == {"event_id": "s-e0-user", "type": "user_message", "ts": e[2]["ts"],
-                    "session_id": "s", "episode_id": "s-e0", "text": "answer"}
+    assert e[2] == {
+        "event_id": "s-e0-user",
+        "type": "user_message",
+        "ts": e[2]["ts"],
+        "session_id": "s",
+        "episode_id": "s-e0",
+        "text": "answer",
+    }
     assert log.edits == [("s-e0-t0", "s-e0-t0-c0", 3, parse_time_ms(e[1]["ts"]))]
-    out = log.edit_outcome("s-e0-t0", "s-e0-t0-c0", 3, 2, parse_time_ms(e[1]["ts"]) + 7_200_000, parse_time_ms(e[1]["ts"]))
+    out = log.edit_outcome(
+        "s-e0-t0", "s-e0-t0-c0", 3, 2, parse_time_ms(e[1]["ts"]) + 7_200_000, parse_time_ms(e[1]["ts"])
+    )
     assert out["observed_after_s"] == 7200.0 and out["ts"] == "2026-12-01T02:00:01.750Z"
     assert iso(0) == "1970-01-01T00:00:00.000Z" and parse_time_ms("1970-01-01T00:00:01+00:00") == 1000
     json.dumps(log.events)  # JSON-ready
@@ -170,8 +190,12 @@ def test_seeds_and_run_ids_are_stable_and_distinct():
     assert len({derive_seed(0, "t1", a, k) for a in range(3) for k in range(3)}) == 9
     c = RunnerConfig()
     assert default_run_id("p", 0, c, [task()]) == default_run_id("p", 0, RunnerConfig(concurrency=9), [task()])
-    others = {default_run_id("q", 0, c), default_run_id("p", 1, c),
-              default_run_id("p", 0, RunnerConfig(temperature=0.5)), default_run_id("p", 0, c)}  # fmt: skip
+    others = {
+        default_run_id("q", 0, c),
+        default_run_id("p", 1, c),
+        default_run_id("p", 0, RunnerConfig(temperature=0.5)),
+        default_run_id("p", 0, c),
+    }
     assert len(others) == 4
 
 
@@ -179,8 +203,9 @@ def test_summarize_leaves_errors_out_of_the_rates():
     from rlcycle.agent.runner import EpisodeResult
 
     def r(status, invalid=0, ask=False):
-        return EpisodeResult("t", "c", "p", 0, status, 1.0 if status == "pass" else 0.0, 2, 4,
-                             invalid, True, ask, 10, 5.0, "finish", [])  # fmt: skip
+        return EpisodeResult(
+            "t", "c", "p", 0, status, 1.0 if status == "pass" else 0.0, 2, 4, invalid, True, ask, 10, 5.0, "finish", []
+        )
 
     s = summarize([r("pass", 1), r("fail", 0, True), r("error", 4)])
     assert (s["episodes"], s["passed"], s["errors"], s["pass_rate"]) == (3, 1, 1, 0.5)

@@ -61,8 +61,7 @@ FIELDS = {
         "temperature",
     },
     "tool_result": COMMON | {"sample_id", "call_id", "status", "error", "duration_ms"},
-    "edit_outcome": COMMON
-    | {"sample_id", "call_id", "lines_proposed", "lines_surviving", "observed_after_s"},
+    "edit_outcome": COMMON | {"sample_id", "call_id", "lines_proposed", "lines_surviving", "observed_after_s"},
     "user_message": COMMON | {"episode_id", "text"},
     "feedback": COMMON | {"value", "kind"},  # plus exactly one of sample_id / episode_id
 }
@@ -91,9 +90,7 @@ def file_hour_ms(name: str) -> int:
     from datetime import datetime, timezone
 
     stamp = re.match(r"events-(\d{4}-\d\d-\d\dT\d\d)\.jsonl$", name).group(1)
-    return int(
-        datetime.strptime(stamp, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc).timestamp() * 1000
-    )
+    return int(datetime.strptime(stamp, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc).timestamp() * 1000)
 
 
 # --- tokenizer --------------------------------------------------------------------------------
@@ -156,10 +153,7 @@ def test_tokenizer_round_trips(hf_tokenizer, text):
 def test_tool_tags_survive_skip_special_tokens(hf_tokenizer):
     ids = hf_tokenizer.encode('<tool_call>{"name": "finish"}</tool_call><|im_end|>')
     assert ids[0] == 3 and ids[-1] == 2
-    assert (
-        hf_tokenizer.decode(ids, skip_special_tokens=True)
-        == '<tool_call>{"name": "finish"}</tool_call>'
-    )
+    assert hf_tokenizer.decode(ids, skip_special_tokens=True) == '<tool_call>{"name": "finish"}</tool_call>'
 
 
 def test_committed_tokenizer_is_what_the_script_builds():
@@ -199,11 +193,7 @@ class Sample:
             self.episodes[e["episode_id"]].append(e)
         for turns in self.episodes.values():
             turns.sort(key=lambda e: e["turn"])
-        self.calls = {
-            (e["sample_id"], c["call_id"]): (e, c)
-            for e in self.completions
-            for c in e["tool_calls"]
-        }
+        self.calls = {(e["sample_id"], c["call_id"]): (e, c) for e in self.completions for c in e["tool_calls"]}
         self.results = {(e["sample_id"], e["call_id"]): e for e in self.by_type["tool_result"]}
 
 
@@ -254,25 +244,18 @@ def test_size_and_mix(sample):
 
 def test_completions_carry_the_sampled_tokens(sample, fast_tokenizer):
     comps = sample.completions
-    encoded = fast_tokenizer.encode_batch(
-        [e["completion_text"] for e in comps], add_special_tokens=False
-    )
+    encoded = fast_tokenizer.encode_batch([e["completion_text"] for e in comps], add_special_tokens=False)
     for e, enc in zip(comps, encoded, strict=True):
         assert enc.ids == e["completion_ids"]
         assert len(e["completion_logprobs"]) == len(e["completion_ids"]) > 0
         assert all(math.isfinite(lp) and lp <= 0 for lp in e["completion_logprobs"])
         assert e["latency_ms"] > 0 and 0 < e["temperature"] <= 2
     for e in comps[:500]:
-        assert (
-            fast_tokenizer.decode(e["completion_ids"], skip_special_tokens=False)
-            == e["completion_text"]
-        )
+        assert fast_tokenizer.decode(e["completion_ids"], skip_special_tokens=False) == e["completion_text"]
 
 
 def test_each_turn_extends_the_previous_prompt(sample, fast_tokenizer):
-    system = fast_tokenizer.encode(
-        f"<|im_start|>system\n{gen.SYSTEM_PROMPT}<|im_end|>", add_special_tokens=False
-    ).ids
+    system = fast_tokenizer.encode(f"<|im_start|>system\n{gen.SYSTEM_PROMPT}<|im_end|>", add_special_tokens=False).ids
     gen_prompt = fast_tokenizer.encode("\n<|im_start|>assistant\n", add_special_tokens=False).ids
     for turns in sample.episodes.values():
         assert [e["turn"] for e in turns] == list(range(len(turns)))
@@ -290,14 +273,10 @@ def test_prompt_messages_render_to_the_prompt_ids(sample, hf_tokenizer, fast_tok
     assert 0.35 < len(with_msgs) / len(sample.completions) < 0.65
     chosen = with_msgs[::7]
     texts = [
-        hf_tokenizer.apply_chat_template(
-            e["prompt_messages"], tokenize=False, add_generation_prompt=True
-        )
+        hf_tokenizer.apply_chat_template(e["prompt_messages"], tokenize=False, add_generation_prompt=True)
         for e in chosen
     ]
-    for e, enc in zip(
-        chosen, fast_tokenizer.encode_batch(texts, add_special_tokens=False), strict=True
-    ):
+    for e, enc in zip(chosen, fast_tokenizer.encode_batch(texts, add_special_tokens=False), strict=True):
         assert enc.ids == e["prompt_ids"]
 
 
@@ -350,8 +329,7 @@ def test_newer_policy_asks_more_and_breaks_fewer_calls(sample):
         s["completions"] += 1
         s["asks"] += any(c["name"] == "ask_user" for c in e["tool_calls"])
         s["invalid"] += sum(
-            sample.results[(e["sample_id"], c["call_id"])]["status"] == "invalid"
-            for c in e["tool_calls"]
+            sample.results[(e["sample_id"], c["call_id"])]["status"] == "invalid" for c in e["tool_calls"]
         )
     a, b = stats["policy-2026-11-30a"], stats["policy-2026-11-30b"]
     assert a["invalid"] / a["completions"] > 1.5 * b["invalid"] / b["completions"]
@@ -419,9 +397,7 @@ def test_conversation_signals(sample):
     assert len(ask_episodes) > 50
     assert sum(ep in followups for ep in ask_episodes) / len(ask_episodes) > 0.9
     texts = [t for v in followups.values() for t in v]
-    assert any(t == "thanks, works" for t in texts) and any(
-        t == "that's wrong, it still fails" for t in texts
-    )
+    assert any(t == "thanks, works" for t in texts) and any(t == "that's wrong, it still fails" for t in texts)
     assert any(t == "no, revert that" for t in texts)
     feedback = sample.by_type["feedback"]
     assert {f["kind"] for f in feedback} == {"thumbs", "accept", "reject"}
@@ -429,11 +405,7 @@ def test_conversation_signals(sample):
     assert any("episode_id" in f for f in feedback) and any("sample_id" in f for f in feedback)
     known_samples = {e["sample_id"] for e in sample.completions}
     for f in feedback:
-        assert (
-            f["sample_id"] in known_samples
-            if "sample_id" in f
-            else f["episode_id"] in sample.episodes
-        )
+        assert f["sample_id"] in known_samples if "sample_id" in f else f["episode_id"] in sample.episodes
 
 
 def test_planted_secrets_are_there_for_redaction(sample):
@@ -458,9 +430,7 @@ def test_otel_export_holds_genai_chat_spans(fast_tokenizer):
     assert 18 <= len(spans) <= 30
     by_episode = defaultdict(list)
     for span in spans:
-        assert re.fullmatch(r"[0-9a-f]{32}", span["traceId"]) and re.fullmatch(
-            r"[0-9a-f]{16}", span["spanId"]
-        )
+        assert re.fullmatch(r"[0-9a-f]{32}", span["traceId"]) and re.fullmatch(r"[0-9a-f]{16}", span["spanId"])
         assert int(span["endTimeUnixNano"]) > int(span["startTimeUnixNano"]) > 0
         attrs = {a["key"]: a["value"] for a in span["attributes"]}
         assert attrs["gen_ai.operation.name"] == {"stringValue": "chat"}
@@ -470,9 +440,7 @@ def test_otel_export_holds_genai_chat_spans(fast_tokenizer):
             [int(v["intValue"]) for v in attrs[key]["arrayValue"]["values"]]
             for key in ("rlcycle.prompt_ids", "rlcycle.completion_ids")
         )
-        logprobs = [
-            v["doubleValue"] for v in attrs["rlcycle.completion_logprobs"]["arrayValue"]["values"]
-        ]
+        logprobs = [v["doubleValue"] for v in attrs["rlcycle.completion_logprobs"]["arrayValue"]["values"]]
         assert len(logprobs) == len(completion) and all(lp <= 0 for lp in logprobs)
         assert int(attrs["gen_ai.usage.input_tokens"]["intValue"]) == len(prompt)
         assert int(attrs["gen_ai.usage.output_tokens"]["intValue"]) == len(completion)
@@ -480,9 +448,7 @@ def test_otel_export_holds_genai_chat_spans(fast_tokenizer):
         text = "".join(p["content"] for p in out["parts"] if p["type"] == "text")
         assert fast_tokenizer.encode(text, add_special_tokens=False).ids == completion
         calls = json.loads(attrs["rlcycle.tool_calls"]["stringValue"])
-        assert [c["call_id"] for c in calls] == [
-            p["id"] for p in out["parts"] if p["type"] == "tool_call"
-        ]
+        assert [c["call_id"] for c in calls] == [p["id"] for p in out["parts"] if p["type"] == "tool_call"]
         assert json.loads(attrs["gen_ai.input.messages"]["stringValue"])[0]["role"] == "system"
         episode = attrs["rlcycle.episode_id"]["stringValue"]
         by_episode[episode].append((int(attrs["rlcycle.turn"]["intValue"]), prompt, completion))
@@ -533,9 +499,7 @@ def test_events_target_rotation_and_parquet(tmp_path):
         == 0
     )
     jsonl = sorted((tmp_path / "j").iterdir())
-    assert all(
-        re.fullmatch(r"events-\d{4}-\d\d-\d\dT\d\d-(00|15|30|45)\.jsonl", p.name) for p in jsonl
-    )
+    assert all(re.fullmatch(r"events-\d{4}-\d\d-\d\dT\d\d-(00|15|30|45)\.jsonl", p.name) for p in jsonl)
     n_lines = sum(len(p.read_text().splitlines()) for p in jsonl)
     assert 600 <= n_lines < 700
     assert (
@@ -556,9 +520,7 @@ def test_events_target_rotation_and_parquet(tmp_path):
         == 0
     )
     tables = [pq.read_table(p) for p in sorted((tmp_path / "p").iterdir())]
-    assert [p.name.replace(".parquet", ".jsonl") for p in sorted((tmp_path / "p").iterdir())] == [
-        p.name for p in jsonl
-    ]
+    assert [p.name.replace(".parquet", ".jsonl") for p in sorted((tmp_path / "p").iterdir())] == [p.name for p in jsonl]
     assert sum(t.num_rows for t in tables) == n_lines
     assert set(tables[0].column("type").to_pylist()) <= set(FIELDS)
 

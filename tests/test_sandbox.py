@@ -97,7 +97,9 @@ def test_image_is_content_tagged_and_not_rebuilt(docker_client, image, cli):
 
 def test_image_holds_the_agent_tools(pool):
     with pool.acquire() as sb:
-        r = sb.exec("python3 --version && git --version && rg --version && pytest --version && grep --version", timeout=30)
+        r = sb.exec(
+            "python3 --version && git --version && rg --version && pytest --version && grep --version", timeout=30
+        )
     assert r.ok, r
 
 
@@ -146,7 +148,10 @@ def test_fork_bomb_is_contained(pool):
     with pool.acquire() as sb:
         r = sb.exec(":(){ :|:& };: ; sleep 3", timeout=6)
         assert r.status in (Status.OK, Status.NONZERO, Status.TIMEOUT), r
-        assert sb.exec("cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max").stdout.strip() == "128"
+        assert (
+            sb.exec("cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max").stdout.strip()
+            == "128"
+        )
     host_is_fine(pool)
 
 

@@ -163,9 +163,7 @@ def test_executor_protocol_over_pipes(tmp_path):
     """The executor as a process: framed requests in on stdin, framed replies out on stdout."""
     env = {k: v for k, v in os.environ.items() if k != "RLCYCLE_SANDBOX"}
     env["RLCYCLE_WORKSPACE"] = str(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, executor.__file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
-    )
+    proc = subprocess.Popen([sys.executable, executor.__file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     reqs = [{"op": "ping", "id": 1}, {"op": "exec", "id": 2, "cmd": "echo $((6*7))"}, {"op": "nope", "id": 3}]
     out, _ = proc.communicate(b"".join(encode(r) for r in reqs), timeout=30)
     replies = []

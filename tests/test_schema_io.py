@@ -125,5 +125,7 @@ def test_console_script_and_python_m(tmp_path):
 
     r = subprocess.run([sys.executable, "-m", "rlcycle", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("rlcycle ")
-    r = subprocess.run([sys.executable, "-m", "rlcycle", "inspect", str(tmp_path / "nope.arrow")], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "rlcycle", "inspect", str(tmp_path / "nope.arrow")], capture_output=True, text=True
+    )
     assert r.returncode == 2 and r.stderr.startswith("Error:") and "Hint:" in r.stderr

@@ -43,8 +43,22 @@ def test_bad_options_exit_2_before_any_sandbox_starts(cli, suite_dir, tmp_path):
 @pytest.mark.docker
 def test_reference_via_cli_json_summary_files_and_determinism(cli, suite_dir, tmp_path, docker_client):
     out = tmp_path / "sim" / "events.jsonl"
-    args = ["simulate", "-p", "scripted:reference", "-t", suite_dir, "-n", 4, "--sandboxes", 2,
-            "--seed", 7, "--json", "-q", "-o"]  # fmt: skip
+    args = [
+        "simulate",
+        "-p",
+        "scripted:reference",
+        "-t",
+        suite_dir,
+        "-n",
+        4,
+        "--sandboxes",
+        2,
+        "--seed",
+        7,
+        "--json",
+        "-q",
+        "-o",
+    ]
     r = cli(args + [out])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
@@ -83,8 +97,7 @@ def test_tiny_random_model_round_trip_through_collect(cli, suite_dir, tmp_path, 
 
     model = tmp_path / "tiny"
     init_model(model, seed=0)
-    config = SimulateConfig(episodes=3, sandboxes=2, max_turns=2, max_new_tokens=24, seed=1,
-                            feedback_rate=1.0)  # fmt: skip
+    config = SimulateConfig(episodes=3, sandboxes=2, max_turns=2, max_new_tokens=24, seed=1, feedback_rate=1.0)
     out = tmp_path / "events.jsonl"
     result = run(config, str(model), suite_dir, out, quiet=True)
     assert result.policy.startswith("sha256:") and result.episodes == 3 and result.errors == 0
@@ -102,7 +115,10 @@ def test_tiny_random_model_round_trip_through_collect(cli, suite_dir, tmp_path, 
         by_session.setdefault(e["session_id"], []).append(e)
     for samples in by_session.values():
         for a, b in zip(samples, samples[1:], strict=False):
-            assert b["prompt_ids"][: len(a["prompt_ids"]) + len(a["completion_ids"])] == a["prompt_ids"] + a["completion_ids"]
+            assert (
+                b["prompt_ids"][: len(a["prompt_ids"]) + len(a["completion_ids"])]
+                == a["prompt_ids"] + a["completion_ids"]
+            )
     # Every session got its follow-up and (feedback_rate 1) a thumbs down.
     assert sum(e["type"] == "feedback" and e["value"] == -1.0 for e in events) == 3
     traj = tmp_path / "traj.arrow"
@@ -115,14 +131,32 @@ def test_tiny_random_model_round_trip_through_collect(cli, suite_dir, tmp_path, 
     assert df["completion_ids"].to_list() == [e["completion_ids"] for e in want]
     assert df["prompt_ids"].to_list() == [e["prompt_ids"] for e in want]
     lps = df["behavior_logprobs"].to_list()
-    assert all(abs(x - y) < 1e-5 for a, e in zip(lps, want, strict=True) for x, y in zip(a, e["completion_logprobs"], strict=True))
+    assert all(
+        abs(x - y) < 1e-5
+        for a, e in zip(lps, want, strict=True)
+        for x, y in zip(a, e["completion_logprobs"], strict=True)
+    )
     assert df["followup_text"].null_count() == 0
 
 
 @pytest.mark.docker
 def test_events_stream_to_stdout_into_collect(cli, suite_dir, tmp_path, docker_client):
-    r = cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-q", "--sandboxes", 2,
-                      "--set", "feedback_rate=0", "-o", "-"])  # fmt: skip
+    r = cli(
+        [
+            "simulate",
+            "-p",
+            "scripted:nothing",
+            "-t",
+            suite_dir,
+            "-q",
+            "--sandboxes",
+            2,
+            "--set",
+            "feedback_rate=0",
+            "-o",
+            "-",
+        ]
+    )
     assert r.exit_code == 0
     types = [json.loads(x)["type"] for x in r.stdout.splitlines()]
     assert types == ["completion", "tool_result", "user_message"] * 2  # 2 sessions

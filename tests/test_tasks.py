@@ -130,8 +130,13 @@ def test_reference_patches_apply_with_gnu_patch(tmp_path):
             (work / path).write_text(text)
         for call in reference_calls(task):
             if call.name == "apply_patch":
-                subprocess.run(["patch", "-p1", "--batch", "--forward", "--silent"], cwd=work,
-                               input=call.arguments["patch"], text=True, check=True)  # fmt: skip
+                subprocess.run(
+                    ["patch", "-p1", "--batch", "--forward", "--silent"],
+                    cwd=work,
+                    input=call.arguments["patch"],
+                    text=True,
+                    check=True,
+                )
             elif call.name == "write_file":
                 (work / call.arguments["path"]).write_text(call.arguments["content"])
             elif call.name == "replace_in_file":
@@ -147,7 +152,8 @@ def test_edit_call_prefers_the_shorter_edit():
     old = "".join(f"line {i}\n" for i in range(40))
     new = old.replace("line 20\n", "line twenty\n")
     assert edit_call("a.py", old, new) == ScriptedCall(
-        "replace_in_file", {"path": "a.py", "old": "20", "new": "twenty"})
+        "replace_in_file", {"path": "a.py", "old": "20", "new": "twenty"}
+    )
     two_places = new.replace("line 5\n", "line five\n")  # far apart: a diff is shorter
     call = edit_call("a.py", old, two_places)
     assert call.name == "apply_patch"
@@ -160,14 +166,17 @@ def test_edit_call_prefers_the_shorter_edit():
 def test_replacement_is_the_shortest_unique_text_around_the_change():
     old = "def f():\n    x = 1\n\n\ndef g():\n    x = 1\n"
     # "1" occurs twice: widened a word at a time, leftwards, until it names one place.
-    assert replacement(old, old.replace("g():\n    x = 1", "g():\n    x = 2")) == (
-        "g():\n    x = 1", "g():\n    x = 2")
+    assert replacement(old, old.replace("g():\n    x = 1", "g():\n    x = 2")) == ("g():\n    x = 1", "g():\n    x = 2")
     assert replacement("    return age > 18\n", "    return age >= 18\n") == (">", ">=")
     assert replacement("s = f'Helo'\n", "s = f'Hello'\n") == ("Helo", "Hello")
     assert replacement("range(1, n))\n", "range(1, n + 1))\n") == (", n", ", n + 1")  # "n" is in "range"
     assert replacement("a" * 500 + "b", "c" + "a" * 499 + "d") is None  # too far apart
-    cases = [(old, old.replace("f()", "h()")), ("a = 1\nb = 2\n", "a = 1\nc = 3\nb = 2\n"),
-             ("x < y < z\n", "x <= y < z\n"), ("calc_total(a)\n", "compute_total(a)\n")]
+    cases = [
+        (old, old.replace("f()", "h()")),
+        ("a = 1\nb = 2\n", "a = 1\nc = 3\nb = 2\n"),
+        ("x < y < z\n", "x <= y < z\n"),
+        ("calc_total(a)\n", "compute_total(a)\n"),
+    ]
     for before, after in cases:
         o, n = replacement(before, after)
         assert before.count(o) == 1 and before.replace(o, n, 1) == after, (before, o, n)
@@ -179,11 +188,14 @@ def test_replacement_is_the_shortest_unique_text_around_the_change():
 def test_bad_task_dirs_are_rejected_with_every_problem_at_once(tmp_path):
     make_task(tmp_path, "good")
     make_task(tmp_path, "missing-key", 'id = "missing-key"\ninstruction = "x"\ndifficulty = 1\n')
-    make_task(tmp_path, "unknown-key", GOOD_TOML.format(id="unknown-key") + 'difficuly = 2\n')
+    make_task(tmp_path, "unknown-key", GOOD_TOML.format(id="unknown-key") + "difficuly = 2\n")
     make_task(tmp_path, "no-hidden", dirs=("repo", "solution"))
     make_task(tmp_path, "vague", GOOD_TOML.format(id="vague") + "ambiguous = true\n")
-    make_task(tmp_path, "wrong-types", 'id = "wrong-types"\ninstruction = 3\ncluster = "c"\ndifficulty = 7\n'
-              'tags = "a"\ntimeout_s = -1\n')  # fmt: skip
+    make_task(
+        tmp_path,
+        "wrong-types",
+        'id = "wrong-types"\ninstruction = 3\ncluster = "c"\ndifficulty = 7\ntags = "a"\ntimeout_s = -1\n',
+    )
     make_task(tmp_path / "nested", "renamed", GOOD_TOML.format(id="other-name"))
     make_task(tmp_path / "dup", "good")
     (tmp_path / "broken-toml").mkdir()
@@ -237,14 +249,34 @@ def test_single_task_dir_is_a_suite_and_caches_are_ignored(tmp_path):
 
 
 def test_write_task_round_trips(tmp_path):
-    task = Task(id="rt", instruction='Say "hi"\n\tplease \x7f ü', cluster="c", difficulty=2,
-                tags=["a", "b"], ambiguous=True, clarification_answer="yes", timeout_s=5.0,
-                repo={"pkg/m.py": "x = 1\n"}, hidden_tests={"test_m.py": "def test_m():\n    pass\n"},
-                solution={"pkg/m.py": "x = 2\n"})  # fmt: skip
+    task = Task(
+        id="rt",
+        instruction='Say "hi"\n\tplease \x7f ü',
+        cluster="c",
+        difficulty=2,
+        tags=["a", "b"],
+        ambiguous=True,
+        clarification_answer="yes",
+        timeout_s=5.0,
+        repo={"pkg/m.py": "x = 1\n"},
+        hidden_tests={"test_m.py": "def test_m():\n    pass\n"},
+        solution={"pkg/m.py": "x = 2\n"},
+    )
     write_task(task, tmp_path)
     (back,) = load_suite(tmp_path)
-    for key in ("id", "instruction", "cluster", "difficulty", "tags", "ambiguous",
-                "clarification_answer", "timeout_s", "repo", "hidden_tests", "solution"):  # fmt: skip
+    for key in (
+        "id",
+        "instruction",
+        "cluster",
+        "difficulty",
+        "tags",
+        "ambiguous",
+        "clarification_answer",
+        "timeout_s",
+        "repo",
+        "hidden_tests",
+        "solution",
+    ):
         assert getattr(back, key) == getattr(task, key), key
 
 

@@ -36,11 +36,15 @@ def pool(docker_client):
 
 def tiny(**kw) -> Task:
     values = dict(
-        id="tiny", instruction="Fix add.", cluster="tiny", difficulty=1, timeout_s=10.0,
+        id="tiny",
+        instruction="Fix add.",
+        cluster="tiny",
+        difficulty=1,
+        timeout_s=10.0,
         repo={"add.py": "def add(a, b):\n    return a - b\n"},
         hidden_tests={"test_add.py": ADD_TEST},
         solution={"add.py": "def add(a, b):\n    return a + b\n"},
-    )  # fmt: skip
+    )
     values.update(kw)
     return Task(**values)
 
@@ -73,15 +77,17 @@ def test_planted_tests_and_pytest_hooks_are_ignored(pool):
     task = tiny()
     with pool.acquire() as sb:
         prepare_workspace(task, sb)
-        sb.write_files({
-            "hidden_tests/test_add.py": "def test_add():\n    assert True\n",
-            "pytest.ini": "[pytest]\naddopts = --co\n",
-            "conftest.py": (
-                "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\n"
-                "def pytest_runtest_makereport(item, call):\n"
-                "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
-            ),
-        })  # fmt: skip
+        sb.write_files(
+            {
+                "hidden_tests/test_add.py": "def test_add():\n    assert True\n",
+                "pytest.ini": "[pytest]\naddopts = --co\n",
+                "conftest.py": (
+                    "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\n"
+                    "def pytest_runtest_makereport(item, call):\n"
+                    "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
+                ),
+            }
+        )
         r = grade(task, sb)
     assert r.status is GradeStatus.FAIL and r.failed == 1, r
 
@@ -169,8 +175,19 @@ def test_all_164_humaneval_canonical_solutions_pass(pool, tmp_path):
 
 
 def test_cli_check_grade(cli, docker_client):
-    args = ["tasks", "check", str(SUITE), "--grade", "-j", "1", "--json",
-            "--task", "calc-power", "--task", "dateparse-european"]  # fmt: skip
+    args = [
+        "tasks",
+        "check",
+        str(SUITE),
+        "--grade",
+        "-j",
+        "1",
+        "--json",
+        "--task",
+        "calc-power",
+        "--task",
+        "dateparse-european",
+    ]
     r = cli(args)
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)

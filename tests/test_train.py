@@ -140,8 +140,14 @@ def test_loss_mask_and_dropped_rows_change_nothing(base, base_id, tmp_path):
     masks = [[1] * (len(c) - 3) + [0, 0, 0] for c in rows["completion_ids"]]
     extra = make_rows(1, seed=9)
     full = {k: rows[k] + extra[k] for k in rows}
-    a = write_examples(tmp_path / "a.arrow", base, full, versions=[base_id] * 7,
-                       loss_mask=masks + [None], excluded=[None] * 6 + ["invalid"])  # fmt: skip
+    a = write_examples(
+        tmp_path / "a.arrow",
+        base,
+        full,
+        versions=[base_id] * 7,
+        loss_mask=masks + [None],
+        excluded=[None] * 6 + ["invalid"],
+    )
     b = write_examples(tmp_path / "b.arrow", base, cut, versions=[base_id] * 6)
     cfg = tiny(batch_size=6, optimizer="sgd")
     ra = stage.run(cfg, a, base, tmp_path / "A", quiet=True)
@@ -153,8 +159,9 @@ def test_loss_mask_and_dropped_rows_change_nothing(base, base_id, tmp_path):
 def test_sample_temperature_lines_up_with_tempered_logprobs(base, base_id, tmp_path):
     # The sampler logged logprobs of logits / 0.5: only with use_sample_temperature does the
     # trainer see the same distribution (ratio 1, no mismatch) on the first step.
-    path = write_examples(tmp_path / "t.arrow", base, make_rows(4, seed=6), versions=[base_id] * 4,
-                          sample_temperature=0.5)
+    path = write_examples(
+        tmp_path / "t.arrow", base, make_rows(4, seed=6), versions=[base_id] * 4, sample_temperature=0.5
+    )
     for use, on_policy in ((True, True), (False, False)):
         stage.run(tiny(use_sample_temperature=use), path, base, tmp_path / f"ck{use}", quiet=True)
         first = rio.read_table(tmp_path / f"ck{use}" / stage.METRICS_FILE).to_pylist()[0]
@@ -181,14 +188,19 @@ def test_rows_are_filtered_and_counted(base, base_id, tmp_path):
     lp = table["behavior_logprobs"].to_pylist()
     lp[6] = lp[6][:-1]  # one logprob short
     lp[7] = [float("nan")] + lp[7][1:]
-    table = table.set_column(table.schema.get_field_index("behavior_logprobs"), "behavior_logprobs",
-                             pa.array(lp, pa.list_(pa.float32())))  # fmt: skip
+    table = table.set_column(
+        table.schema.get_field_index("behavior_logprobs"), "behavior_logprobs", pa.array(lp, pa.list_(pa.float32()))
+    )
     rio.write_table(table, path)
     cfg = tiny(policy_versions=["v0", "v1", "v2", base_id], max_policy_lag=2)
     ex = D.load_examples([str(path)], cfg, cfg.policy_versions, VOCAB)
     # v0 is 3 behind the newest (dropped), v1 and v2 are within lag 2, a 12-char id prefix matches.
-    assert dict(ex.dropped) == {"stale": 1, "unknown_policy_version": 1,
-                                "logprob_length_mismatch": 1, "bad_behavior_logprob": 1}  # fmt: skip
+    assert dict(ex.dropped) == {
+        "stale": 1,
+        "unknown_policy_version": 1,
+        "logprob_length_mismatch": 1,
+        "bad_behavior_logprob": 1,
+    }
     assert len(ex) == 5 and ex.rows_in == 9
 
 
@@ -223,9 +235,16 @@ def test_state_of_another_run_is_refused(base, examples, tmp_path):
 @pytest.mark.parametrize("batching", ["bucketed", "padded"])
 def test_accumulation_and_batching_do_not_change_the_update(base, examples, tmp_path, batching):
     # One forward pass per step vs several micro-batches (and padding instead of packing).
-    stage.run(tiny(optimizer="sgd", micro_batch_tokens=512, max_seq_len=64), examples, base, tmp_path / "one", quiet=True)
-    r = stage.run(tiny(optimizer="sgd", batching=batching, micro_batch_tokens=64, micro_batch_size=3),
-                  examples, base, tmp_path / "many", quiet=True)  # fmt: skip
+    stage.run(
+        tiny(optimizer="sgd", micro_batch_tokens=512, max_seq_len=64), examples, base, tmp_path / "one", quiet=True
+    )
+    r = stage.run(
+        tiny(optimizer="sgd", batching=batching, micro_batch_tokens=64, micro_batch_size=3),
+        examples,
+        base,
+        tmp_path / "many",
+        quiet=True,
+    )
     m = rio.read_table(tmp_path / "many" / stage.METRICS_FILE).to_pylist()[0]
     assert m["micro_batches"] >= 3 and r.steps == 1
     assert_same_weights(tmp_path / "one", tmp_path / "many", atol=1e-6)
@@ -280,8 +299,7 @@ def test_dr_grpo_m_defaults_to_the_logged_max_new_tokens(base, base_id, tmp_path
     rows = make_rows(4, seed=5)
     longest = max(len(c) for c in rows["completion_ids"])
     plain = write_examples(tmp_path / "a.arrow", base, rows, versions=[base_id] * 4)
-    logged = write_examples(tmp_path / "b.arrow", base, rows, versions=[base_id] * 4,
-                            max_new_tokens=[32, 48, None, 32])  # fmt: skip
+    logged = write_examples(tmp_path / "b.arrow", base, rows, versions=[base_id] * 4, max_new_tokens=[32, 48, None, 32])
     cfg = tiny(objective="dr_grpo")
     ex_plain = D.load_examples([str(plain)], cfg, [base_id], VOCAB)
     ex_logged = D.load_examples([str(logged)], cfg, [base_id], VOCAB)

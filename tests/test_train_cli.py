@@ -35,8 +35,23 @@ def test_sample_config_is_valid_and_documents_every_key():
 
 def test_train_json_summary(cli, inputs, tmp_path):
     base, ex = inputs
-    r = cli(["train", ex, "--base", base, "-o", tmp_path / "ck", "--config", SAMPLE,
-              "--set", "lr=1e-3", "--objective", "cispo", "--json"])  # fmt: skip
+    r = cli(
+        [
+            "train",
+            ex,
+            "--base",
+            base,
+            "-o",
+            tmp_path / "ck",
+            "--config",
+            SAMPLE,
+            "--set",
+            "lr=1e-3",
+            "--objective",
+            "cispo",
+            "--json",
+        ]
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["output"] == str(tmp_path / "ck") and doc["steps"] == 1
@@ -67,12 +82,41 @@ def test_help_has_examples(cli):
 
 
 def test_relaunch_drops_only_the_launch_option():
-    params = {"examples": ["a.arrow"], "base": "b", "out": "o", "config": None, "objective": "cispo",
-              "lr": None, "epochs": None, "batch_size": 4, "max_steps": None, "seed": None, "metrics": None,
-              "set_": ["lr=1"], "overwrite": True, "no_resume": False, "as_json": True, "quiet": False}  # fmt: skip
+    params = {
+        "examples": ["a.arrow"],
+        "base": "b",
+        "out": "o",
+        "config": None,
+        "objective": "cispo",
+        "lr": None,
+        "epochs": None,
+        "batch_size": 4,
+        "max_steps": None,
+        "seed": None,
+        "metrics": None,
+        "set_": ["lr=1"],
+        "overwrite": True,
+        "no_resume": False,
+        "as_json": True,
+        "quiet": False,
+    }
     args = train_cmd._relaunch_args(params)
-    assert args == ["train", "a.arrow", "--base", "b", "-o", "o", "--objective", "cispo", "--batch-size", "4",
-                    "--set", "lr=1", "--overwrite", "--json"]  # fmt: skip
+    assert args == [
+        "train",
+        "a.arrow",
+        "--base",
+        "b",
+        "-o",
+        "o",
+        "--objective",
+        "cispo",
+        "--batch-size",
+        "4",
+        "--set",
+        "lr=1",
+        "--overwrite",
+        "--json",
+    ]
     cmd = launch.torchrun_command(2, args, port=29999)
     assert cmd[1:3] == ["-m", "torch.distributed.run"] and "--nproc_per_node" in cmd
-    assert cmd[cmd.index("--nproc_per_node") + 1] == "2" and cmd[-len(args) - 2:] == ["-m", "rlcycle", *args]
+    assert cmd[cmd.index("--nproc_per_node") + 1] == "2" and cmd[-len(args) - 2 :] == ["-m", "rlcycle", *args]

@@ -50,8 +50,7 @@ def examples(base):
 
 
 def cfg(**kw) -> TrainConfig:
-    defaults = dict(lr=1e-2, batch_size=10, micro_batch_tokens=256, max_seq_len=128, save_every=0,
-                    min_shared_prefix=8)  # fmt: skip
+    defaults = dict(lr=1e-2, batch_size=10, micro_batch_tokens=256, max_seq_len=128, save_every=0, min_shared_prefix=8)
     return TrainConfig(**{**defaults, **kw})
 
 
@@ -201,8 +200,13 @@ def test_a_step_with_shared_prefixes_equals_the_unshared_step(base, examples, tm
     if extra.get("kl_coef"):
         assert m_on["kl_ref"] == pytest.approx(m_off["kl_ref"], abs=1e-7)
     # Metrics keep their meaning: every row's tokens are counted, whatever ran once.
-    assert m_on["tokens"] == m_off["tokens"] == sum(len(p) + len(c) for p, c in zip(
-        agent_rows(10)["prompt_ids"], agent_rows(10)["completion_ids"], strict=True))  # fmt: skip
+    assert (
+        m_on["tokens"]
+        == m_off["tokens"]
+        == sum(
+            len(p) + len(c) for p, c in zip(agent_rows(10)["prompt_ids"], agent_rows(10)["completion_ids"], strict=True)
+        )
+    )
     assert m_on["loss_tokens"] == m_off["loss_tokens"] and 0 <= m_on["padding_fraction"] < 1
     assert on.steps == 1
 
@@ -243,8 +247,16 @@ def test_two_processes_with_shared_prefixes_equal_one(cli, tmp_path):
     # still be the global one: 2 processes x shared passes == 1 process without sharing.
     base = make_base(tmp_path / "base")
     ex = write_examples(tmp_path / "ex.arrow", base, agent_rows(10, seed=2), versions=[C.checkpoint_id(base)] * 10)
-    common = dict(optimizer="sgd", lr=0.5, batch_size=10, epochs=1, max_seq_len=128, save_every=0,
-                  micro_batch_tokens=256, min_shared_prefix=8)  # fmt: skip
+    common = dict(
+        optimizer="sgd",
+        lr=0.5,
+        batch_size=10,
+        epochs=1,
+        max_seq_len=128,
+        save_every=0,
+        micro_batch_tokens=256,
+        min_shared_prefix=8,
+    )
     stage.run(TrainConfig(**common, share_prefix=False), ex, base, tmp_path / "one", quiet=True)
     # What each process will plan: shared passes on both ranks.
     c = TrainConfig(**common, max_policy_lag=None)

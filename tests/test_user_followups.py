@@ -30,8 +30,9 @@ def params():
 
 
 def scores(texts, params) -> list[float]:
-    return followup.score_texts(pl.Series(list(texts)), None, params["phrases"],
-                                params["satisfied_phrases"], params["negations"]).to_list()
+    return followup.score_texts(
+        pl.Series(list(texts)), None, params["phrases"], params["satisfied_phrases"], params["negations"]
+    ).to_list()
 
 
 def test_every_complaint_scores_dissatisfied_and_every_praise_satisfied(params):
@@ -53,8 +54,11 @@ def test_what_the_user_writes_follows_what_the_agent_did(params):
     all are complained about, whatever the seed; and the score follows."""
     user, seen = SimulatedUser(), {}
     for seed in range(40):
-        for outcome in (SessionOutcome(True, True, "finish"), SessionOutcome(False, True, "finish"),
-                        SessionOutcome(False, False, "finish")):  # fmt: skip
+        for outcome in (
+            SessionOutcome(True, True, "finish"),
+            SessionOutcome(False, True, "finish"),
+            SessionOutcome(False, False, "finish"),
+        ):
             r = user.react(outcome, random.Random(seed))
             seen.setdefault((outcome.passed, outcome.edited), set()).add(r.followup)
     assert seen[(True, True)] <= set(SATISFIED)

@@ -50,9 +50,24 @@ def test_the_cosine_schedule_warms_up_then_decays_to_a_tenth():
 
 
 def test_cli_batched_cosine_warm_start(cli, tmp_path):
-    r = cli(["init-model", "-o", tmp_path / "m", "--warm-start", SUITE, "--warm-start-steps", 2,
-             "--set", "warm_start_batch=3", "--set", "warm_start_schedule=cosine",
-             "--set", "max_position_embeddings=2048", "--json"])  # fmt: skip
+    r = cli(
+        [
+            "init-model",
+            "-o",
+            tmp_path / "m",
+            "--warm-start",
+            SUITE,
+            "--warm-start-steps",
+            2,
+            "--set",
+            "warm_start_batch=3",
+            "--set",
+            "warm_start_schedule=cosine",
+            "--set",
+            "max_position_embeddings=2048",
+            "--json",
+        ]
+    )
     assert r.exit_code == 0, r.output
     warm = json.loads(r.stdout.strip().splitlines()[-1])["warm_start"]
     assert (warm["tasks"], warm["steps"], warm["batch"], warm["schedule"]) == (48, 2, 3, "cosine")

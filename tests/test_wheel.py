@@ -28,21 +28,16 @@ TREE = ("pyproject.toml", "README.md", "rlcycle")  # what a build needs
 DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "PYTHONSAFEPATH")
 
 
-def run(
-    cmd: list[str | Path], cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, (
-        f"{cmd} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    )
+def run(cmd: list[str | Path], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
 
 
 def test_package_data_agrees_with_sample_data():
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_package_data.py"), "--check"],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gen_package_data.py"), "--check"], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -74,15 +69,11 @@ def installed(dist, tmp_path_factory) -> Path:
     venv.create(root / "env", with_pip=False)
     py = root / "env" / "bin" / "python"
     purelib = Path(
-        run(
-            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=root
-        ).stdout.strip()
+        run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=root).stdout.strip()
     )
     dev = sysconfig.get_paths()
     # A plain path per line: site appends it to sys.path without running the .pth files in it.
-    (purelib / "_rlcycle_dev_deps.pth").write_text(
-        "\n".join(dict.fromkeys([dev["purelib"], dev["platlib"]])) + "\n"
-    )
+    (purelib / "_rlcycle_dev_deps.pth").write_text("\n".join(dict.fromkeys([dev["purelib"], dev["platlib"]])) + "\n")
     (wheel,) = dist.glob("rlcycle-*.whl")
     run(
         [
@@ -112,14 +103,15 @@ def test_sdist_and_wheel_hold_the_package_data(dist):
     names = set(zipfile.ZipFile(wheel).namelist())
     with tarfile.open(sdist) as tar:
         snames = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    for want in ("rlcycle/resources.py", "rlcycle/data/tokenizer/tokenizer.json", "rlcycle/data/rewards.toml",
-                 "rlcycle/data/events/events.jsonl", "rlcycle/data/tasks/calc/calc-decimals/task.toml"):  # fmt: skip
+    for want in (
+        "rlcycle/resources.py",
+        "rlcycle/data/tokenizer/tokenizer.json",
+        "rlcycle/data/rewards.toml",
+        "rlcycle/data/events/events.jsonl",
+        "rlcycle/data/tasks/calc/calc-decimals/task.toml",
+    ):
         assert want in names and want in snames, want
-    assert not [
-        n
-        for n in names
-        if n.startswith(("tests/", "sample_data/", "scripts/")) or "__pycache__" in n
-    ]
+    assert not [n for n in names if n.startswith(("tests/", "sample_data/", "scripts/")) or "__pycache__" in n]
 
 
 @pytest.mark.slow
@@ -133,13 +125,18 @@ def test_the_installed_wheel_runs_its_defaults_from_an_empty_directory(installed
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
     )
-    where = run([installed / "python", "-c", "import rlcycle, rlcycle.resources as r; print(rlcycle.__file__); print(r.tokenizer())"],
-                cwd=empty, env=env).stdout.split()  # fmt: skip
+    where = run(
+        [
+            installed / "python",
+            "-c",
+            "import rlcycle, rlcycle.resources as r; print(rlcycle.__file__); print(r.tokenizer())",
+        ],
+        cwd=empty,
+        env=env,
+    ).stdout.split()
     env_root = installed.parent.resolve()
     for path in where:
-        assert Path(path).resolve().is_relative_to(env_root), (
-            f"{path} is not inside the fresh venv {env_root}"
-        )
+        assert Path(path).resolve().is_relative_to(env_root), f"{path} is not inside the fresh venv {env_root}"
         assert not Path(path).resolve().is_relative_to(REPO)
 
     run([installed / "rlcycle", "init-model", "-o", "model"], cwd=empty, env=env)

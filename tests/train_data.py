@@ -24,10 +24,18 @@ def make_base(path: Path, seed: int = 0, tie: bool = True) -> Path:
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     cfg = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=tie,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
     model.save_pretrained(path)
@@ -36,8 +44,9 @@ def make_base(path: Path, seed: int = 0, tie: bool = True) -> Path:
     return path
 
 
-def behavior_logprobs(base: Path, prompts: list[list[int]], completions: list[list[int]],
-                      temperature: float = 1.0) -> list[list[float]]:  # fmt: skip
+def behavior_logprobs(
+    base: Path, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0
+) -> list[list[float]]:
     """log π_base(completion tokens | prefix), one sequence at a time (the sampler's view)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -61,8 +70,14 @@ def make_rows(n: int, seed: int = 0, prompt_len=(3, 12), completion_len=(2, 10))
     return {"prompt_ids": prompts, "completion_ids": comps, "advantage": adv}
 
 
-def write_examples(path: Path, base: Path, rows: dict[str, list], versions: list[str] | None = None,
-                   sample_temperature: float = 1.0, **extra: list) -> Path:  # fmt: skip
+def write_examples(
+    path: Path,
+    base: Path,
+    rows: dict[str, list],
+    versions: list[str] | None = None,
+    sample_temperature: float = 1.0,
+    **extra: list,
+) -> Path:
     """examples.arrow with on-policy behaviour logprobs (of logits / sample_temperature, which
     also fills a `temperature` column); `extra` adds or overrides columns."""
     from rlcycle.schema import EXAMPLES, conform
@@ -82,9 +97,13 @@ def write_examples(path: Path, base: Path, rows: dict[str, list], versions: list
     if sample_temperature != 1.0:
         cols["temperature"] = [sample_temperature] * n
     cols.update(extra)
-    types = {"prompt_ids": pa.list_(pa.int32()), "completion_ids": pa.list_(pa.int32()),
-             "behavior_logprobs": pa.list_(pa.float32()), "loss_mask": pa.list_(pa.int8()),
-             "temperature": pa.float32()}  # fmt: skip
+    types = {
+        "prompt_ids": pa.list_(pa.int32()),
+        "completion_ids": pa.list_(pa.int32()),
+        "behavior_logprobs": pa.list_(pa.float32()),
+        "loss_mask": pa.list_(pa.int8()),
+        "temperature": pa.float32(),
+    }
     table = pa.table({k: pa.array(v, type=types.get(k)) for k, v in cols.items()})
     table = conform(table, EXAMPLES)
     from rlcycle import io as rio

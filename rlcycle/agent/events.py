@@ -86,8 +86,13 @@ class SessionLog:
         return f"{self.session_id}-e{self.episode}"
 
     def _event(self, type_: str, event_id: str, **fields: Any) -> dict[str, Any]:
-        ev = {"event_id": event_id, "type": type_, "ts": iso(self.clock.now_ms),
-              "session_id": self.session_id, **fields}  # fmt: skip
+        ev = {
+            "event_id": event_id,
+            "type": type_,
+            "ts": iso(self.clock.now_ms),
+            "session_id": self.session_id,
+            **fields,
+        }
         self.events.append(ev)
         return ev
 
@@ -107,26 +112,48 @@ class SessionLog:
         call_ids = [f"{sample_id}-c{i}" for i in range(len(calls))]
         self.clock.advance(latency_ms)
         self._event(
-            "completion", f"{sample_id}-completion",
-            episode_id=self.episode_id, sample_id=sample_id, turn=self.turn,
-            policy_version=self.policy_version, prompt_ids=list(prompt_ids),
-            completion_ids=list(completion_ids), completion_logprobs=list(logprobs),
+            "completion",
+            f"{sample_id}-completion",
+            episode_id=self.episode_id,
+            sample_id=sample_id,
+            turn=self.turn,
+            policy_version=self.policy_version,
+            prompt_ids=list(prompt_ids),
+            completion_ids=list(completion_ids),
+            completion_logprobs=list(logprobs),
             completion_text=text,
-            tool_calls=[{"call_id": cid, "name": name, "arguments": args}
-                        for cid, (name, args) in zip(call_ids, calls, strict=True)],
-            latency_ms=round(float(latency_ms), 3), temperature=self.temperature,
+            tool_calls=[
+                {"call_id": cid, "name": name, "arguments": args}
+                for cid, (name, args) in zip(call_ids, calls, strict=True)
+            ],
+            latency_ms=round(float(latency_ms), 3),
+            temperature=self.temperature,
             max_new_tokens=self.max_new_tokens,
             loss_mask=list(loss_mask),
-        )  # fmt: skip
+        )
         self.turn += 1
         return sample_id, call_ids
 
-    def tool_result(self, sample_id: str, call_id: str, status: str, error: str | None,
-                    duration_ms: float, edit_lines: int | None = None) -> None:
+    def tool_result(
+        self,
+        sample_id: str,
+        call_id: str,
+        status: str,
+        error: str | None,
+        duration_ms: float,
+        edit_lines: int | None = None,
+    ) -> None:
         """Log one tool result (the clock advances by its duration); remember ok edits."""
         self.clock.advance(duration_ms)
-        self._event("tool_result", f"{call_id}-result", sample_id=sample_id, call_id=call_id,
-                    status=status, error=error, duration_ms=round(float(duration_ms), 3))  # fmt: skip
+        self._event(
+            "tool_result",
+            f"{call_id}-result",
+            sample_id=sample_id,
+            call_id=call_id,
+            status=status,
+            error=error,
+            duration_ms=round(float(duration_ms), 3),
+        )
         if status == "ok" and edit_lines is not None:
             self.edits.append((sample_id, call_id, edit_lines, self.clock.now_ms))
 
@@ -142,15 +169,24 @@ class SessionLog:
     def feedback(self, value: float, delay_ms: float, kind: str = "thumbs") -> None:
         """A rating of the current (last) episode."""
         self.clock.advance(delay_ms)
-        self._event("feedback", f"{self.episode_id}-feedback", episode_id=self.episode_id,
-                    value=float(value), kind=kind)  # fmt: skip
+        self._event(
+            "feedback", f"{self.episode_id}-feedback", episode_id=self.episode_id, value=float(value), kind=kind
+        )
 
-    def edit_outcome(self, sample_id: str, call_id: str, proposed: int, surviving: int,
-                     at_ms: float, edited_ms: float) -> dict[str, Any]:
+    def edit_outcome(
+        self, sample_id: str, call_id: str, proposed: int, surviving: int, at_ms: float, edited_ms: float
+    ) -> dict[str, Any]:
         """A late edit outcome at `at_ms` (the clock is not moved: it arrives hours later)."""
-        ev = {"event_id": f"{call_id}-outcome", "type": "edit_outcome", "ts": iso(at_ms),
-              "session_id": self.session_id, "sample_id": sample_id, "call_id": call_id,
-              "lines_proposed": int(proposed), "lines_surviving": int(surviving),
-              "observed_after_s": round((at_ms - edited_ms) / 1000.0, 3)}  # fmt: skip
+        ev = {
+            "event_id": f"{call_id}-outcome",
+            "type": "edit_outcome",
+            "ts": iso(at_ms),
+            "session_id": self.session_id,
+            "sample_id": sample_id,
+            "call_id": call_id,
+            "lines_proposed": int(proposed),
+            "lines_surviving": int(surviving),
+            "observed_after_s": round((at_ms - edited_ms) / 1000.0, 3),
+        }
         self.events.append(ev)
         return ev

@@ -83,23 +83,29 @@ class RunnerConfig:
     max_turns: int = cfg(8, help="Model calls per session at most (all its episodes together).")
     max_new_tokens: int = cfg(256, help="Tokens one model call may sample at most.")
     max_total_tokens: int = cfg(8192, help="Tokens a session may sample in all; then it ends.")
-    max_prompt_tokens: int = cfg(0, help="A longer prompt ends the session (max_tokens) instead "
-                                         "of reaching the model; 0: the policy's context length "
-                                         "(`policy.max_length`) when it has one.")
+    max_prompt_tokens: int = cfg(
+        0,
+        help="A longer prompt ends the session (max_tokens) instead "
+        "of reaching the model; 0: the policy's context length "
+        "(`policy.max_length`) when it has one.",
+    )
     temperature: float = cfg(1.0, help="Sampling temperature (0: greedy).")
     top_p: float = cfg(1.0, help="Nucleus sampling mass (1: off).")
-    tool_timeout_s: float = cfg(30.0, help="Seconds a tool call may run in the sandbox "
-                                           "(run_tests: at least the task's timeout_s).")
-    concurrency: int = cfg(4, help="Sessions live at once (capped at the pool's size); the "
-                                   "model samples for all of them in one batch.")
+    tool_timeout_s: float = cfg(
+        30.0, help="Seconds a tool call may run in the sandbox (run_tests: at least the task's timeout_s)."
+    )
+    concurrency: int = cfg(
+        4, help="Sessions live at once (capped at the pool's size); the model samples for all of them in one batch."
+    )
     retries: int = cfg(1, help="Reruns of a session whose sandbox broke before it is an error.")
-    max_clarifications: int = cfg(1, help="ask_user questions the user answers per session; "
-                                          "the next one ends the session.")
-    start: str = cfg("2026-12-01T00:00:00Z", help="Simulated clock: when the first session "
-                                                  "starts (RFC 3339).")
+    max_clarifications: int = cfg(
+        1, help="ask_user questions the user answers per session; the next one ends the session."
+    )
+    start: str = cfg("2026-12-01T00:00:00Z", help="Simulated clock: when the first session starts (RFC 3339).")
     session_gap_s: float = cfg(60.0, help="Simulated seconds between the starts of two sessions.")
-    run_id: str | None = cfg(None, help="Prefix of session/episode/sample ids; default: a hash "
-                                        "of the policy name, seed and start.")
+    run_id: str | None = cfg(
+        None, help="Prefix of session/episode/sample ids; default: a hash of the policy name, seed and start."
+    )
 
     def validate(self) -> list[str]:
         """Every problem at once."""
@@ -179,8 +185,9 @@ class _Session:
         self.rng = random.Random(derive_seed(c.seed, self.task.id, self.attempt, "user"))
         start = c.start_ms + self.index * c.config.session_gap_s * 1000.0
         sid = f"{c.run_id}-{self.task.id}-a{self.attempt}"
-        self.log = SessionLog(sid, c.policy_name, SimClock(start), c.config.temperature,
-                              max_new_tokens=c.config.max_new_tokens)
+        self.log = SessionLog(
+            sid, c.policy_name, SimClock(start), c.config.temperature, max_new_tokens=c.config.max_new_tokens
+        )
         self.turns = self.n_calls = self.n_invalid = self.tokens = self.clarifications = 0
         self.latency_ms = 0.0
         self.edited = self.asked = False
@@ -228,8 +235,7 @@ class _Session:
         c = self.ctx.config
         budget = min(c.max_new_tokens, c.max_total_tokens - self.tokens)
         seed = derive_seed(self.ctx.seed, self.task.id, self.attempt, self.turns)
-        return SamplingParams(max_new_tokens=max(1, budget), temperature=c.temperature,
-                              top_p=c.top_p, seed=seed)  # fmt: skip
+        return SamplingParams(max_new_tokens=max(1, budget), temperature=c.temperature, top_p=c.top_p, seed=seed)
 
     def on_generation(self, prompt: list[int], gen: Generation) -> None:
         """Record a sample, parse it, and plan what happens next."""
@@ -244,11 +250,16 @@ class _Session:
         self.latency_ms += gen.latency_ms
         self.n_calls += parsed.n_calls
         self.n_invalid += parsed.n_invalid
-        mask = self.transcript.mask[turn.prompt_len:turn.prompt_len + len(gen.token_ids)]
+        mask = self.transcript.mask[turn.prompt_len : turn.prompt_len + len(gen.token_ids)]
         sample_id, call_ids = self.log.completion(
-            prompt, gen.token_ids, gen.logprobs, turn.text,
-            [(c.name, c.arguments_json) for c in parsed.calls], gen.latency_ms, mask,
-        )  # fmt: skip
+            prompt,
+            gen.token_ids,
+            gen.logprobs,
+            turn.text,
+            [(c.name, c.arguments_json) for c in parsed.calls],
+            gen.latency_ms,
+            mask,
+        )
         self.plan = self._plan(sample_id, parsed, call_ids)
 
     def _plan(self, sample_id: str, parsed: ParsedCompletion, call_ids: list[str]) -> _Plan:
@@ -277,15 +288,23 @@ class _Session:
         plan = self.plan
         assert plan is not None
         for (call, call_id), out in zip(plan.calls, plan.outcomes, strict=True):
-            self.log.tool_result(plan.sample_id, call_id, out.status, out.error, out.duration_ms,
-                                 out.lines_proposed if call.name in EDIT_TOOLS else None)  # fmt: skip
+            self.log.tool_result(
+                plan.sample_id,
+                call_id,
+                out.status,
+                out.error,
+                out.duration_ms,
+                out.lines_proposed if call.name in EDIT_TOOLS else None,
+            )
             self.edited |= out.status == "ok" and out.edited
         if plan.end_reason is not None:
             return
         # One tool message per call in call order; the terminal call itself gets none.
-        messages = [{"role": "tool", "content": self.ctx.renderer.clip_tool_output(out.output)}
-                    for (call, _), out in zip(plan.calls, plan.outcomes, strict=True)
-                    if not (call.valid and call.name in ("finish", "ask_user"))]  # fmt: skip
+        messages = [
+            {"role": "tool", "content": self.ctx.renderer.clip_tool_output(out.output)}
+            for (call, _), out in zip(plan.calls, plan.outcomes, strict=True)
+            if not (call.valid and call.name in ("finish", "ask_user"))
+        ]
         if plan.terminal == "ask_user":
             self.clarifications += 1
             answer, _ = self.ctx.user.answer(self.task, self.rng)
@@ -320,14 +339,27 @@ class _Session:
     def _result(self, status: str, end_reason: str, error: str | None) -> EpisodeResult:
         t = self.task
         return EpisodeResult(
-            task_id=t.id, cluster=t.cluster, policy=self.ctx.policy_name, attempt=self.attempt,
-            status=status, reward=1.0 if status == "pass" else 0.0, turns=self.turns,
-            n_tool_calls=self.n_calls, n_invalid_tool_calls=self.n_invalid, edited=self.edited,
-            asked_clarification=self.asked, tokens=self.tokens, latency_ms=self.latency_ms,
-            end_reason=end_reason, events=[] if status == "error" else self.log.events,
-            error=error, grade_reason=self.grade.reason if self.grade is not None else "",
-            episodes=self.log.episode + 1, tries=self.tries + 1, index=self.index,
-        )  # fmt: skip
+            task_id=t.id,
+            cluster=t.cluster,
+            policy=self.ctx.policy_name,
+            attempt=self.attempt,
+            status=status,
+            reward=1.0 if status == "pass" else 0.0,
+            turns=self.turns,
+            n_tool_calls=self.n_calls,
+            n_invalid_tool_calls=self.n_invalid,
+            edited=self.edited,
+            asked_clarification=self.asked,
+            tokens=self.tokens,
+            latency_ms=self.latency_ms,
+            end_reason=end_reason,
+            events=[] if status == "error" else self.log.events,
+            error=error,
+            grade_reason=self.grade.reason if self.grade is not None else "",
+            episodes=self.log.episode + 1,
+            tries=self.tries + 1,
+            index=self.index,
+        )
 
     def broke(self, reason: str) -> None:
         """The sandbox failed: start over on a fresh one, or give up with status error."""
@@ -395,13 +427,24 @@ def run_episodes(
     total = n_episodes if n_episodes is not None else attempts * len(tasks)
     order = list(range(total)) if only is None else list(only)
     if len(set(order)) != len(order) or any(not 0 <= i < total for i in order):
-        raise InputError(f"job positions {order[:20]}{' ...' if len(order) > 20 else ''}: each must be in "
-                         f"0..{total - 1}, at most once", hint="a shard names distinct positions of the run")
+        raise InputError(
+            f"job positions {order[:20]}{' ...' if len(order) > 20 else ''}: each must be in "
+            f"0..{total - 1}, at most once",
+            hint="a shard names distinct positions of the run",
+        )
     jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in order]
-    ctx = _Context(policy, policy_name, pool, renderer or _renderer(policy), config, seed,
-                   simulate_user, SimulatedUser(user_config),
-                   config.run_id or run_id_for(policy_name, seed, config, tasks, simulate_user, user_config),
-                   parse_time_ms(config.start))  # fmt: skip
+    ctx = _Context(
+        policy,
+        policy_name,
+        pool,
+        renderer or _renderer(policy),
+        config,
+        seed,
+        simulate_user,
+        SimulatedUser(user_config),
+        config.run_id or run_id_for(policy_name, seed, config, tasks, simulate_user, user_config),
+        parse_time_ms(config.start),
+    )
     # More live sessions than sandboxes would block a step on `acquire` while the holders
     # wait for that very step.
     width = max(1, min(config.concurrency, getattr(pool, "size", config.concurrency)))
@@ -466,8 +509,10 @@ def _model_step(ctx: _Context, waiting: list[_Session]) -> None:
         return
     gens = ctx.policy.generate(prompts, [s.params() for s in waiting])
     if len(gens) != len(prompts):
-        raise RlcycleError(f"the policy returned {len(gens)} generations for {len(prompts)} prompts",
-                           hint="a Policy returns one Generation per prompt, in order")
+        raise RlcycleError(
+            f"the policy returned {len(gens)} generations for {len(prompts)} prompts",
+            hint="a Policy returns one Generation per prompt, in order",
+        )
     for s, prompt, gen in zip(waiting, prompts, gens, strict=True):
         s.on_generation(prompt, gen)
 
@@ -481,13 +526,19 @@ def _renderer(policy: Any) -> ChatRenderer:
         raise InputError(
             f"policy {getattr(policy, 'name', policy)!r} has no tokenizer to render prompts with",
             hint="pass renderer=ChatRenderer.from_pretrained(DIR) (for a server: the served "
-                 "model's tokenizer directory, e.g. `rlcycle simulate --tokenizer DIR`)",
+            "model's tokenizer directory, e.g. `rlcycle simulate --tokenizer DIR`)",
         )
     return ChatRenderer(tok)
 
 
-def run_id_for(policy_name: str, seed: int, config: RunnerConfig, tasks: Sequence[Task],
-               simulate_user: bool, user_config: UserConfig | None) -> str:
+def run_id_for(
+    policy_name: str,
+    seed: int,
+    config: RunnerConfig,
+    tasks: Sequence[Task],
+    simulate_user: bool,
+    user_config: UserConfig | None,
+) -> str:
     """The run id `run_episodes` uses when the config names none."""
     user = dataclasses.asdict(user_config or UserConfig()) if simulate_user else None
     return default_run_id(policy_name, seed, config, tasks, user)
@@ -499,15 +550,17 @@ def derive_seed(seed: int, *parts: Any) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
-def default_run_id(policy_name: str, seed: int, config: RunnerConfig, tasks: Sequence[Task] = (),
-                   extra: Any = None) -> str:
+def default_run_id(
+    policy_name: str, seed: int, config: RunnerConfig, tasks: Sequence[Task] = (), extra: Any = None
+) -> str:
     """`sim-<8 hex>` from everything that shapes the events: the policy name, the seed, the
     config (but its concurrency), the tasks and `extra` (e.g. the user's config). A rerun of
     the same thing writes the same ids, so collect drops the copies; change anything and the
     ids change, so two different runs never collide."""
     conf = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("concurrency", "run_id")}
-    key = json.dumps([policy_name, seed, conf, [(t.id, t.instruction) for t in tasks], extra],
-                     sort_keys=True, default=str)  # fmt: skip
+    key = json.dumps(
+        [policy_name, seed, conf, [(t.id, t.instruction) for t in tasks], extra], sort_keys=True, default=str
+    )
     return "sim-" + hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
@@ -516,7 +569,7 @@ def summarize(results: Sequence[EpisodeResult]) -> dict[str, Any]:
     scored = [r for r in results if r.status != "error"]
     calls = sum(r.n_tool_calls for r in scored)
     samples = sum(r.turns for r in scored)
-    rate = (lambda n, d: n / d if d else math.nan)  # noqa: E731
+    rate = lambda n, d: n / d if d else math.nan  # noqa: E731
     ends: dict[str, int] = {}
     for r in results:
         ends[r.end_reason] = ends.get(r.end_reason, 0) + 1

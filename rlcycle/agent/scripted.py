@@ -73,8 +73,10 @@ class _Script:
         vocab = self.tokenizer.get_added_vocab()
         stop = vocab.get(END, self.tokenizer.eos_token_id)
         if stop is None:
-            raise InputError("the tokenizer has neither <|im_end|> nor an EOS token",
-                             hint=f"use a ChatML tokenizer such as {DEFAULT_TOKENIZER}")
+            raise InputError(
+                "the tokenizer has neither <|im_end|> nor an EOS token",
+                hint=f"use a ChatML tokenizer such as {DEFAULT_TOKENIZER}",
+            )
         self.stop_id = int(stop)
 
     def generation(self, text: str) -> Generation:
@@ -99,8 +101,7 @@ class _Script:
 class ReplayPolicy:
     """Replays fixed completion texts, by step (and by task instruction when given a mapping)."""
 
-    def __init__(self, tokenizer: Any, completions: Sequence[str] | Mapping[str, Sequence[str]],
-                 name: str = REPLAY):  # fmt: skip
+    def __init__(self, tokenizer: Any, completions: Sequence[str] | Mapping[str, Sequence[str]], name: str = REPLAY):
         self._s = _Script(tokenizer)
         self.tokenizer = self._s.tokenizer
         self.name = name
@@ -125,8 +126,7 @@ class ReplayPolicy:
 class ReferencePolicy:
     """Emits each task's reference solution, one tool call per completion."""
 
-    def __init__(self, tokenizer: Any, tasks: Sequence[Task] = (), name: str = REFERENCE,
-                 always_ask: bool = False):  # fmt: skip
+    def __init__(self, tokenizer: Any, tasks: Sequence[Task] = (), name: str = REFERENCE, always_ask: bool = False):
         self._s = _Script(tokenizer)
         self.tokenizer = self._s.tokenizer
         self.name = name
@@ -141,11 +141,17 @@ class ReferencePolicy:
         for task in tasks:
             calls = reference_calls(task)
             if self.always_ask and not any(c.name == "ask_user" for c in calls):
-                calls = [ScriptedCall("ask_user", {"question": "Before I change anything: what exactly do you want?"}), *calls]
+                calls = [
+                    ScriptedCall("ask_user", {"question": "Before I change anything: what exactly do you want?"}),
+                    *calls,
+                ]
             key = task.instruction.replace(ZWSP, "")
             if key in self._calls and self._calls[key] != calls:
-                raise InputError(f"task {task.id}: another task has the same instruction, so a scripted "
-                                 "policy cannot tell them apart", hint="make task instructions unique")
+                raise InputError(
+                    f"task {task.id}: another task has the same instruction, so a scripted "
+                    "policy cannot tell them apart",
+                    hint="make task instructions unique",
+                )
             self._calls[key] = calls
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
@@ -191,8 +197,9 @@ def load_tokenizer(tokenizer: Any) -> Any:
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError) as e:
-        raise InputError(f"cannot load a tokenizer from {path}: {e}",
-                         hint="pass --tokenizer DIR (a model or tokenizer directory)") from None
+        raise InputError(
+            f"cannot load a tokenizer from {path}: {e}", hint="pass --tokenizer DIR (a model or tokenizer directory)"
+        ) from None
 
 
 def make(ref: str, tokenizer: Any = None, tasks: Sequence[Task] = ()) -> Any:
@@ -203,5 +210,4 @@ def make(ref: str, tokenizer: Any = None, tasks: Sequence[Task] = ()) -> Any:
         return DoNothingPolicy(tokenizer)
     if ref == CLARIFY:
         return ReferencePolicy(tokenizer, tasks, name=CLARIFY, always_ask=True)
-    raise InputError(f"unknown scripted policy {ref!r}",
-                     hint=f"use {REFERENCE}, {NOTHING} or {CLARIFY}")
+    raise InputError(f"unknown scripted policy {ref!r}", hint=f"use {REFERENCE}, {NOTHING} or {CLARIFY}")

@@ -136,16 +136,21 @@ def _apply_patch(sb: Sandbox, args: dict, task: Task, timeout_s: float) -> ToolO
     # Naming the file makes patch ignore the ---/+++ names (with or without a/ b/ prefixes).
     # A creation diff (--- /dev/null) needs the file to exist first.
     create = 'grep -q "^--- /dev/null" "$D" && [ ! -e "$F" ] && touch "$F"; '
-    cmd = (f'{create}patch --dry-run {flags} -i "$D" "$F" >/dev/null 2>&1 '
-           f'&& patch {flags} -i "$D" "$F"; rc=$?; rm -f "$D"; exit $rc')  # fmt: skip
+    cmd = (
+        f'{create}patch --dry-run {flags} -i "$D" "$F" >/dev/null 2>&1 '
+        f'&& patch {flags} -i "$D" "$F"; rc=$?; rm -f "$D"; exit $rc'
+    )
     r = sb.exec(["sh", "-c", cmd], timeout=timeout_s, env={"D": diff, "F": "./" + path})
     _raise_if_broken(r)
     if r.status is Status.OK:
         return ToolOutcome("ok", f"Applied the patch to {path}.", lines_proposed=patch_added_lines(patch))
     # Rerun as a dry run to show the model why (the first run's output was silenced).
     sb.write_files({diff: patch if patch.endswith("\n") else patch + "\n"})
-    why = sb.exec(["sh", "-c", f'patch --dry-run {flags} -i "$D" "$F"; rm -f "$D"'],
-                  timeout=timeout_s, env={"D": diff, "F": "./" + path})  # fmt: skip
+    why = sb.exec(
+        ["sh", "-c", f'patch --dry-run {flags} -i "$D" "$F"; rm -f "$D"'],
+        timeout=timeout_s,
+        env={"D": diff, "F": "./" + path},
+    )
     _raise_if_broken(why)
     detail = (why.stdout + why.stderr).strip()[-2000:]
     return _error(f"the patch does not apply to {path}", detail)
@@ -169,8 +174,9 @@ def _replace_in_file(sb: Sandbox, args: dict, task: Task, timeout_s: float) -> T
     if n == 0:
         return _error(f"the old text does not occur in {path}", _closest_line(text, old))
     if n > 1:
-        return _error(f"the old text occurs {n} times in {path}; include neighbouring lines "
-                      "so that it occurs exactly once")  # fmt: skip
+        return _error(
+            f"the old text occurs {n} times in {path}; include neighbouring lines so that it occurs exactly once"
+        )
     result = text.replace(old, new, 1)
     sb.write_files({path: result})
     return ToolOutcome("ok", REPLACED.format(path=path), lines_proposed=added_lines(text, result))
@@ -188,8 +194,11 @@ def _list_files(sb: Sandbox, args: dict, task: Task, timeout_s: float) -> ToolOu
     path = check_relpath(args["path"])
     prune = " -o ".join(f"-name {d}" for d in SKIPPED_DIRS)
     cmd = f'find "./$P" \\( {prune} \\) -prune -o -type f -print | sed "s|^\\./||" | sort'
-    r = sb.exec(["sh", "-c", f'[ -d "./$P" ] || {{ echo "no such directory" >&2; exit 2; }}; {cmd}'],
-                timeout=timeout_s, env={"P": path})  # fmt: skip
+    r = sb.exec(
+        ["sh", "-c", f'[ -d "./$P" ] || {{ echo "no such directory" >&2; exit 2; }}; {cmd}'],
+        timeout=timeout_s,
+        env={"P": path},
+    )
     _raise_if_broken(r)
     if r.status is not Status.OK:
         return _exec_error(r, f"{path}: no such directory")
@@ -202,8 +211,21 @@ def _list_files(sb: Sandbox, args: dict, task: Task, timeout_s: float) -> ToolOu
 
 def _search(sb: Sandbox, args: dict, task: Task, timeout_s: float) -> ToolOutcome:
     path = check_relpath(args["path"])
-    argv = ["rg", "--line-number", "--no-heading", "--color", "never", "--max-columns", "300",
-            "--glob", f"!{GRADER_DIR}", "-e", args["pattern"], "--", path]  # fmt: skip
+    argv = [
+        "rg",
+        "--line-number",
+        "--no-heading",
+        "--color",
+        "never",
+        "--max-columns",
+        "300",
+        "--glob",
+        f"!{GRADER_DIR}",
+        "-e",
+        args["pattern"],
+        "--",
+        path,
+    ]
     r = sb.exec(argv, timeout=timeout_s)
     _raise_if_broken(r)
     if r.exit_code == 1 and r.status is Status.NONZERO:
@@ -246,8 +268,9 @@ def _command(r: ExecResult, timeout_s: float) -> ToolOutcome:
     _raise_if_broken(r)
     text = format_exec(r)
     if r.status is Status.TIMEOUT:
-        return ToolOutcome("timeout", f"{text}\n[killed: timed out after {timeout_s:g}s]",
-                           f"timed out after {timeout_s:g}s")  # fmt: skip
+        return ToolOutcome(
+            "timeout", f"{text}\n[killed: timed out after {timeout_s:g}s]", f"timed out after {timeout_s:g}s"
+        )
     if r.status is Status.OOM:
         return ToolOutcome("error", f"{text}\n[killed: out of memory]", "out of memory")
     return ToolOutcome("ok", text)

@@ -59,15 +59,17 @@ class UserConfig:
         0.3, help="Probability that a failed edit is partly kept instead of fully reverted."
     )
     edit_delay_min_h: float = cfg(1.0, help="Earliest edit outcome, hours after the session.")
-    edit_delay_max_h: float = cfg(5.0, help="Latest edit outcome, hours after the session "
-                                            "(keep it under collect's maturity_s).")
+    edit_delay_max_h: float = cfg(
+        5.0, help="Latest edit outcome, hours after the session (keep it under collect's maturity_s)."
+    )
     think_min_s: float = cfg(20.0, help="Fewest seconds the user takes to answer or react.")
     think_max_s: float = cfg(180.0, help="Most seconds the user takes to answer or react.")
 
     def validate(self) -> list[str]:
         problems = []
-        check_range(problems, self, ("followup_rate", "feedback_rate", "feedback_noise", "partial_survival_rate"),
-                    ge=0, le=1)
+        check_range(
+            problems, self, ("followup_rate", "feedback_rate", "feedback_noise", "partial_survival_rate"), ge=0, le=1
+        )
         if not 0 <= self.edit_delay_min_h <= self.edit_delay_max_h:
             problems.append("edit_delay_min_h..edit_delay_max_h: need 0 <= min <= max")
         if not 0 <= self.think_min_s <= self.think_max_s:

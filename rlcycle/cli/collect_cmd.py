@@ -28,13 +28,21 @@ def register(app: typer.Typer) -> None:
     def collect(
         events: list[str] = typer.Argument(..., help="Event logs: files, directories, globs, or - for stdin."),
         out: str = opt.out("trajectories.arrow (.parquet by extension; - for an Arrow stream on stdout)."),
-        policy_version: list[str] = typer.Option(None, "--policy-version", help="Keep only this policy version (repeatable)."),
+        policy_version: list[str] = typer.Option(
+            None, "--policy-version", help="Keep only this policy version (repeatable)."
+        ),
         since: str = typer.Option(None, "--since", help="Keep episodes starting at or after this RFC 3339 time."),
         until: str = typer.Option(None, "--until", help="Keep episodes starting before this RFC 3339 time."),
-        maturity: float = typer.Option(None, "--maturity", help="Seconds an episode with edit outcomes still due is held back (default 21600)."),
+        maturity: float = typer.Option(
+            None, "--maturity", help="Seconds an episode with edit outcomes still due is held back (default 21600)."
+        ),
         as_of: str = typer.Option(None, "--as-of", help="'Now' for the maturity rule (RFC 3339; default: the clock)."),
-        strict: bool = typer.Option(None, "--strict", help="Fail (exit 2) on the first bad record instead of quarantining it."),
-        quarantine: str = typer.Option(None, "--quarantine", help="Where bad records go (default: OUT.quarantine.jsonl)."),
+        strict: bool = typer.Option(
+            None, "--strict", help="Fail (exit 2) on the first bad record instead of quarantining it."
+        ),
+        quarantine: str = typer.Option(
+            None, "--quarantine", help="Where bad records go (default: OUT.quarantine.jsonl)."
+        ),
         no_redact: bool = typer.Option(False, "--no-redact", help="Do not redact secrets (for logs already scrubbed)."),
         config: Path = opt.config("collect"),
         set_: list[str] = opt.sets("maturity_s=3600"),

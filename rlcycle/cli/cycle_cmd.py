@@ -41,15 +41,18 @@ def register(app: typer.Typer) -> None:
         from rlcycle import cycle as stage
 
         cfg = stage.load_config(config, set_, {"run_dir": run_dir, "source": source, "events": events or None})
-        result = stage.Cycle(cfg, force=force, dry_run=dry_run, from_stage=from_stage,
-                             until_stage=until_stage, quiet=quiet).run()  # fmt: skip
+        result = stage.Cycle(
+            cfg, force=force, dry_run=dry_run, from_stage=from_stage, until_stage=until_stage, quiet=quiet
+        ).run()
         if as_json:
             opt.emit_json(result.as_dict())
         else:
             typer.echo(stage.format_summary(result))
         if result.exit_code:
             raise RlcycleError(
-                "the eval gate refused the candidate; nothing was deployed" if result.exit_code == 3
+                "the eval gate refused the candidate; nothing was deployed"
+                if result.exit_code == 3
                 else f"the cycle stopped: eval gave no verdict ({result.decision})",
-                hint=f"see {cfg.run_dir}/eval/verdict.json", exit_code=result.exit_code,
+                hint=f"see {cfg.run_dir}/eval/verdict.json",
+                exit_code=result.exit_code,
             )

@@ -21,8 +21,9 @@ def _hook_option():
 
 
 def _hook_key_option():
-    return typer.Option(None, "--hook-api-key-env",
-                        help="Env var holding the key sent to an http(s) hook as `Authorization: Bearer`.")  # fmt: skip
+    return typer.Option(
+        None, "--hook-api-key-env", help="Env var holding the key sent to an http(s) hook as `Authorization: Bearer`."
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -44,15 +45,9 @@ def register(app: typer.Typer) -> None:
     def deploy(
         checkpoint: Path = typer.Argument(..., help="Checkpoint directory to promote."),
         verdict: Path = typer.Option(None, "--verdict", help="verdict.json from `rlcycle eval`."),
-        alias: str = typer.Option(
-            None, "--alias", help="Alias to promote into (default production)."
-        ),
-        force: bool = typer.Option(
-            None, "--force", help="Deploy without a passing verdict (recorded)."
-        ),
-        canary: float = typer.Option(
-            None, "--canary", help="Serve to this fraction of traffic first (0-1)."
-        ),
+        alias: str = typer.Option(None, "--alias", help="Alias to promote into (default production)."),
+        force: bool = typer.Option(None, "--force", help="Deploy without a passing verdict (recorded)."),
+        canary: float = typer.Option(None, "--canary", help="Serve to this fraction of traffic first (0-1)."),
         hook: str = _hook_option(),
         hook_api_key_env: str = _hook_key_option(),
         config: Path = opt.config("deploy"),
@@ -62,9 +57,19 @@ def register(app: typer.Typer) -> None:
         from rlcycle import deploy as stage
         from rlcycle.config import resolve
 
-        cfg = resolve(stage.DeployConfig, config, set_,
-                      {"alias": alias, "force": force, "canary_fraction": canary, "hook": hook,
-                       "hook_api_key_env": hook_api_key_env}, section="deploy")  # fmt: skip
+        cfg = resolve(
+            stage.DeployConfig,
+            config,
+            set_,
+            {
+                "alias": alias,
+                "force": force,
+                "canary_fraction": canary,
+                "hook": hook,
+                "hook_api_key_env": hook_api_key_env,
+            },
+            section="deploy",
+        )
         result = stage.run(cfg, checkpoint, verdict)
         _report(result, as_json)
 
@@ -89,8 +94,13 @@ def register(app: typer.Typer) -> None:
         from rlcycle import deploy as stage
         from rlcycle.config import resolve
 
-        cfg = resolve(stage.DeployConfig, config, set_,
-                      {"alias": alias, "hook": hook, "hook_api_key_env": hook_api_key_env}, section="deploy")  # fmt: skip
+        cfg = resolve(
+            stage.DeployConfig,
+            config,
+            set_,
+            {"alias": alias, "hook": hook, "hook_api_key_env": hook_api_key_env},
+            section="deploy",
+        )
         _report(stage.rollback(cfg.alias, note=note, config=cfg), as_json)
 
     app.add_typer(registry_app, name="registry")
@@ -119,8 +129,15 @@ def registry_ls(
     hist = reg.history().to_pylist()[-history:] if history else []
     state = reg.state()
     if as_json:
-        opt.emit_json({"root": str(reg.root), "aliases": state["aliases"], "canary": state.get("canary"),
-                            "checkpoints": reg.checkpoints(), "history": hist})  # fmt: skip
+        opt.emit_json(
+            {
+                "root": str(reg.root),
+                "aliases": state["aliases"],
+                "canary": state.get("canary"),
+                "checkpoints": reg.checkpoints(),
+                "history": hist,
+            }
+        )
         return
     typer.echo(f"registry: {reg.root}")
     for c in reg.checkpoints():

@@ -28,13 +28,23 @@ def register(app: typer.Typer) -> None:
         ),
     )
     def distill(
-        trajectories: str = typer.Argument(..., help="trajectories.arrow (or .parquet), or - for an Arrow stream on stdin."),
+        trajectories: str = typer.Argument(
+            ..., help="trajectories.arrow (or .parquet), or - for an Arrow stream on stdin."
+        ),
         out: str = opt.out("examples.arrow (.parquet by extension; - for an Arrow stream on stdout)."),
-        spec: Path = typer.Option(None, "--spec", help="Reward spec (TOML); default: every built-in signal with its defaults."),
-        report: str = typer.Option(None, "--report", help="Where reward_report.json goes (default: beside OUT; ./reward_report.json for -o -)."),
+        spec: Path = typer.Option(
+            None, "--spec", help="Reward spec (TOML); default: every built-in signal with its defaults."
+        ),
+        report: str = typer.Option(
+            None, "--report", help="Where reward_report.json goes (default: beside OUT; ./reward_report.json for -o -)."
+        ),
         normalization: str = typer.Option(None, "--normalization", help="loo, mean_std or dr_grpo (default: loo)."),
-        credit: str = typer.Option(None, "--credit", help="Episode rewards on all turns or the final turn (default: all)."),
-        config: Path = opt.config(help="TOML config ([distill] table or top level); default: the spec's [distill] table."),
+        credit: str = typer.Option(
+            None, "--credit", help="Episode rewards on all turns or the final turn (default: all)."
+        ),
+        config: Path = opt.config(
+            help="TOML config ([distill] table or top level); default: the spec's [distill] table."
+        ),
         set_: list[str] = opt.sets("min_group_size=4"),
         as_json: bool = opt.json_flag("Print the report as one JSON object on stdout."),
         quiet: bool = opt.quiet("No summary on stderr (warnings still print)."),
@@ -46,9 +56,12 @@ def register(app: typer.Typer) -> None:
         # The spec's [distill] table is the config file layer unless --config names another.
         config_file = config if config is not None else (spec if reward_spec.distill else None)
         cfg = resolve(
-            stage.DistillConfig, config_file, set_,
-            {"normalization": normalization, "credit": credit}, section="distill",
-        )  # fmt: skip
+            stage.DistillConfig,
+            config_file,
+            set_,
+            {"normalization": normalization, "credit": credit},
+            section="distill",
+        )
         # Reward-hacking warnings print even with --quiet: they are why the report exists.
         result = stage.run(cfg, trajectories, out, reward_spec, report=report, quiet=False)
         if out != "-":

@@ -26,14 +26,24 @@ def register(app: typer.Typer) -> None:
         ),
     )
     def eval_(
-        candidate: str = typer.Option(..., "--candidate", help="Checkpoint dir, registry alias, URL, or scripted:reference|nothing."),
+        candidate: str = typer.Option(
+            ..., "--candidate", help="Checkpoint dir, registry alias, URL, or scripted:reference|nothing."
+        ),
         baseline: str = typer.Option("production", "--baseline", help="Same forms; default the registry's production."),
         tasks: Path = typer.Option(Path("sample_data/tasks"), "--tasks", help="Task suite directory."),
         out: Path = opt.out("eval_results.arrow to write (verdict.json goes beside it)."),
         attempts: int = typer.Option(None, "--attempts", "-k", help="Attempts per task and policy (default 2)."),
         sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes running at once (default 4)."),
-        executor: str = typer.Option(None, "--executor", help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md)."),
-        ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray)."),
+        executor: str = typer.Option(
+            None,
+            "--executor",
+            help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md).",
+        ),
+        ray_address: str = typer.Option(
+            None,
+            "--ray-address",
+            help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray).",
+        ),
         config: Path = opt.config("eval"),
         set_: list[str] = opt.sets(help="Override a config key: --set max_clarification_rate_increase=0.05."),
         as_json: bool = opt.json_flag("Print the verdict as one JSON object on stdout."),
@@ -41,15 +51,26 @@ def register(app: typer.Typer) -> None:
         from rlcycle.config import resolve
         from rlcycle.evaluation import stage
 
-        cfg = resolve(stage.EvalConfig, config, set_, {"attempts": attempts, "sandboxes": sandboxes, "executor": executor, "ray_address": ray_address}, section="eval")
+        cfg = resolve(
+            stage.EvalConfig,
+            config,
+            set_,
+            {"attempts": attempts, "sandboxes": sandboxes, "executor": executor, "ray_address": ray_address},
+            section="eval",
+        )
         result = stage.run(cfg, candidate, baseline, tasks, out)
         console.err.print(stage.verdict_table(result.verdict))
         if as_json:
             opt.emit_json(result.verdict)
         if result.decision == "refuse":
             failed = [g["name"] for g in result.verdict["gates"] if not g["passed"]]
-            raise RlcycleError(f"the gate refused the candidate (failed: {', '.join(failed)})",
-                               hint=f"see {result.verdict_path}", exit_code=EXIT_GATE_REFUSED)
+            raise RlcycleError(
+                f"the gate refused the candidate (failed: {', '.join(failed)})",
+                hint=f"see {result.verdict_path}",
+                exit_code=EXIT_GATE_REFUSED,
+            )
         if result.decision == "no_verdict":
-            raise RlcycleError(f"no verdict: {result.verdict.get('reason')}",
-                               hint="check sandbox health (`rlcycle sandbox ls`) and rerun")
+            raise RlcycleError(
+                f"no verdict: {result.verdict.get('reason')}",
+                hint="check sandbox health (`rlcycle sandbox ls`) and rerun",
+            )

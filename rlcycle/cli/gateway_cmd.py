@@ -29,12 +29,25 @@ def register(app: typer.Typer) -> None:
     )
     def gateway(
         log_dir: Path = typer.Option(None, "--log-dir", help="Directory the events are written to (required)."),
-        alias: str = typer.Option(None, "--alias", help="Registry alias, checkpoint id or directory (default production)."),
-        upstream: str = typer.Option(None, "--upstream", help="OpenAI-compatible completions server returning token ids + logprobs (vLLM, SGLang, rlcycle serve); default: in-process."),
+        alias: str = typer.Option(
+            None, "--alias", help="Registry alias, checkpoint id or directory (default production)."
+        ),
+        upstream: str = typer.Option(
+            None,
+            "--upstream",
+            help="OpenAI-compatible completions server returning token ids + logprobs (vLLM, SGLang, rlcycle serve); default: in-process.",
+        ),
         host: str = typer.Option(None, "--host", help="Interface to bind (default 127.0.0.1)."),
         port: int = typer.Option(None, "--port", help="TCP port (default 8100; 0 picks a free one)."),
-        api_key: str = typer.Option(None, "--api-key", envvar="RLCYCLE_GATEWAY_API_KEY", help="Require this bearer token (required off loopback)."),
-        canary: float = typer.Option(None, "--canary", help="Share of sessions sent to `candidate` (default: the registry's canary)."),
+        api_key: str = typer.Option(
+            None,
+            "--api-key",
+            envvar="RLCYCLE_GATEWAY_API_KEY",
+            help="Require this bearer token (required off loopback).",
+        ),
+        canary: float = typer.Option(
+            None, "--canary", help="Share of sessions sent to `candidate` (default: the registry's canary)."
+        ),
         device: str = typer.Option(None, "--device", help="In-process: cpu, cuda, cuda:N or auto."),
         config: Path = opt.config("gateway"),
         set_: list[str] = opt.sets("flush_interval_s=0.2"),
@@ -44,18 +57,36 @@ def register(app: typer.Typer) -> None:
         from rlcycle.gateway import GatewayConfig, serve
 
         cfg = resolve(
-            GatewayConfig, config, set_,
-            {"log_dir": str(log_dir) if log_dir else None, "alias": alias, "upstream": upstream,
-             "host": host, "port": port, "api_key": api_key, "canary_fraction": canary, "device": device},
+            GatewayConfig,
+            config,
+            set_,
+            {
+                "log_dir": str(log_dir) if log_dir else None,
+                "alias": alias,
+                "upstream": upstream,
+                "host": host,
+                "port": port,
+                "api_key": api_key,
+                "canary_fraction": canary,
+                "device": device,
+            },
             section="gateway",
         )
 
         def listening(url: str, gw) -> None:
             info = gw.models.describe()
             if as_json:
-                opt.emit_json({"url": url, "checkpoint_id": info["checkpoint_id"],
-                               "candidate_id": info["candidate_id"], "log_dir": cfg.log_dir})
-            console.info(f"gateway: {cfg.alias} ({info['checkpoint_id']}) at {url}/v1, "
-                         f"logging to {cfg.log_dir or '(nowhere: logging off)'} (Ctrl-C to stop)")
+                opt.emit_json(
+                    {
+                        "url": url,
+                        "checkpoint_id": info["checkpoint_id"],
+                        "candidate_id": info["candidate_id"],
+                        "log_dir": cfg.log_dir,
+                    }
+                )
+            console.info(
+                f"gateway: {cfg.alias} ({info['checkpoint_id']}) at {url}/v1, "
+                f"logging to {cfg.log_dir or '(nowhere: logging off)'} (Ctrl-C to stop)"
+            )
 
         serve(cfg, on_listening=listening)

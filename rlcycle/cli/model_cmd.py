@@ -39,10 +39,18 @@ def _register_init_model(app: typer.Typer) -> None:
         out: Path = opt.out("Directory to create."),
         seed: int = typer.Option(None, "--seed", help="Seed of the random weights (default 0)."),
         size: str = typer.Option(None, "--size", help="tiny or small (default tiny)."),
-        tokenizer: Path = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: sample_data/tokenizer)."),
-        warm_start: Path = typer.Option(None, "--warm-start", help="Task suite: train briefly on its reference solutions rendered by the harness."),
-        warm_start_steps: int = typer.Option(None, "--warm-start-steps", help="Supervised steps of the warm start (default 200)."),
-        from_gguf: Path = typer.Option(None, "--from-gguf", help="Start from this GGUF file (dequantised to float32) instead of random weights."),
+        tokenizer: Path = typer.Option(
+            None, "--tokenizer", help="Tokenizer directory (default: sample_data/tokenizer)."
+        ),
+        warm_start: Path = typer.Option(
+            None, "--warm-start", help="Task suite: train briefly on its reference solutions rendered by the harness."
+        ),
+        warm_start_steps: int = typer.Option(
+            None, "--warm-start-steps", help="Supervised steps of the warm start (default 200)."
+        ),
+        from_gguf: Path = typer.Option(
+            None, "--from-gguf", help="Start from this GGUF file (dequantised to float32) instead of random weights."
+        ),
         preset: str = typer.Option(None, "--preset", help="Start from a named real model: smollm2-135m."),
         force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
         config: Path = opt.config("init_model"),
@@ -53,11 +61,18 @@ def _register_init_model(app: typer.Typer) -> None:
         from rlcycle.config import resolve
 
         cfg = resolve(
-            model_init.InitModelConfig, config, set_,
-            {"seed": seed, "size": size, "tokenizer": str(tokenizer) if tokenizer else None,
-             "warm_start": str(warm_start) if warm_start else None,
-             "warm_start_steps": warm_start_steps,
-             "from_gguf": str(from_gguf) if from_gguf else None, "preset": preset},
+            model_init.InitModelConfig,
+            config,
+            set_,
+            {
+                "seed": seed,
+                "size": size,
+                "tokenizer": str(tokenizer) if tokenizer else None,
+                "warm_start": str(warm_start) if warm_start else None,
+                "warm_start_steps": warm_start_steps,
+                "from_gguf": str(from_gguf) if from_gguf else None,
+                "preset": preset,
+            },
             section="init_model",
         )
         result = model_init.run(cfg, out, force=force)
@@ -90,9 +105,17 @@ def _register_serve(app: typer.Typer) -> None:
         device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
         dtype: str = typer.Option("auto", "--dtype", help="float32, bfloat16, float16 or auto."),
         max_batch_size: int = typer.Option(None, "--max-batch-size", help="Prompts generated together (default 16)."),
-        prefix_cache_tokens: int = typer.Option(0, "--prefix-cache-tokens", help="Reuse the KV cache of past requests up to this many tokens (0 = off; agent turns extend earlier prompts)."),
-        api_key: str = typer.Option(None, "--api-key", envvar="RLCYCLE_SERVE_API_KEY", help="Require this bearer token."),
-        enable_lora: bool = typer.Option(None, "--enable-lora", help="Serve vLLM's runtime LoRA API (load/unload_lora_adapter; needs peft)."),
+        prefix_cache_tokens: int = typer.Option(
+            0,
+            "--prefix-cache-tokens",
+            help="Reuse the KV cache of past requests up to this many tokens (0 = off; agent turns extend earlier prompts).",
+        ),
+        api_key: str = typer.Option(
+            None, "--api-key", envvar="RLCYCLE_SERVE_API_KEY", help="Require this bearer token."
+        ),
+        enable_lora: bool = typer.Option(
+            None, "--enable-lora", help="Serve vLLM's runtime LoRA API (load/unload_lora_adapter; needs peft)."
+        ),
         config: Path = opt.config("serve"),
         set_: list[str] = opt.sets(help="Override a config key: --set batch_wait_ms=2."),
         as_json: bool = opt.json_flag('Print {"url": ...} on stdout once listening.'),
@@ -102,18 +125,36 @@ def _register_serve(app: typer.Typer) -> None:
         from rlcycle.policy.serve import PolicyServer, ServeConfig
 
         cfg = resolve(
-            ServeConfig, config, set_,
-            {"port": port, "host": host, "name": name, "max_batch_size": max_batch_size,
-             "api_key": api_key, "enable_lora": enable_lora},
+            ServeConfig,
+            config,
+            set_,
+            {
+                "port": port,
+                "host": host,
+                "name": name,
+                "max_batch_size": max_batch_size,
+                "api_key": api_key,
+                "enable_lora": enable_lora,
+            },
             section="serve",
         )
-        pcfg = resolve(HFPolicyConfig, None, None,
-                       {"device": device, "dtype": dtype, "max_batch_size": cfg.max_batch_size,
-                        "prefix_cache_tokens": prefix_cache_tokens})
+        pcfg = resolve(
+            HFPolicyConfig,
+            None,
+            None,
+            {
+                "device": device,
+                "dtype": dtype,
+                "max_batch_size": cfg.max_batch_size,
+                "prefix_cache_tokens": prefix_cache_tokens,
+            },
+        )
         server = PolicyServer(HFPolicy.from_pretrained(policy, pcfg), cfg)
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
-            console.warn(f"serving on {cfg.host}: anyone who can reach it can use the model"
-                         + ("" if cfg.api_key else " (no --api-key set)"))
+            console.warn(
+                f"serving on {cfg.host}: anyone who can reach it can use the model"
+                + ("" if cfg.api_key else " (no --api-key set)")
+            )
         if as_json:
             opt.emit_json({"url": server.url, "model": server.name})
         console.info(f"serve: {policy} at {server.url}/v1 (Ctrl-C to stop)")

@@ -27,7 +27,9 @@ def register(app: typer.Typer) -> None:
     )
     def report(
         run_dir: str = typer.Argument(..., help="A run directory written by `rlcycle cycle --run-dir`."),
-        output: str = typer.Option(None, "--output", "-o", help="Where to write the HTML (default RUN_DIR/report.html); - for stdout."),
+        output: str = typer.Option(
+            None, "--output", "-o", help="Where to write the HTML (default RUN_DIR/report.html); - for stdout."
+        ),
         as_json: bool = opt.json_flag('Print {"report": path, "sections": [...]}.'),
     ) -> None:
         from rlcycle import report as stage

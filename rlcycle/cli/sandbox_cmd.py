@@ -57,10 +57,14 @@ def _config(config: Path | None, sets: list[str] | None, flags: dict | None = No
     ),
 )
 def exec_cmd(
-    cmd: list[str] = typer.Argument(..., help="The command and its arguments (after --). One argument runs through bash."),
+    cmd: list[str] = typer.Argument(
+        ..., help="The command and its arguments (after --). One argument runs through bash."
+    ),
     image: str = typer.Option(None, "--image", help="Image to run (default: the built rlcycle-sandbox image)."),
     timeout: float = typer.Option(None, "--timeout", help="Seconds before the command is killed (default 60)."),
-    copy: list[Path] = typer.Option(None, "--copy", help="Local file or directory to copy into /workspace first (repeatable)."),
+    copy: list[Path] = typer.Option(
+        None, "--copy", help="Local file or directory to copy into /workspace first (repeatable)."
+    ),
     env: list[str] = typer.Option(None, "--env", "-e", help="KEY=VALUE in the command's environment (repeatable)."),
     config: Path = CONFIG_OPT,
     set_: list[str] = SET_OPT,

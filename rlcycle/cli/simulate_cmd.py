@@ -30,19 +30,38 @@ def register(app: typer.Typer) -> None:
         ),
     )
     def simulate(
-        policy: str = typer.Option(..., "--policy", "-p", help="Checkpoint dir, registry alias, http(s) URL, or scripted:reference / scripted:nothing."),
+        policy: str = typer.Option(
+            ...,
+            "--policy",
+            "-p",
+            help="Checkpoint dir, registry alias, http(s) URL, or scripted:reference / scripted:nothing.",
+        ),
         tasks: Path = typer.Option(..., "--tasks", "-t", help="Task suite directory."),
         out: str = opt.out("Events log to write (JSON lines), or - for stdout."),
-        episodes: int = typer.Option(None, "--episodes", "-n", help="Sessions to run, cycling over the tasks (default: one per task)."),
+        episodes: int = typer.Option(
+            None, "--episodes", "-n", help="Sessions to run, cycling over the tasks (default: one per task)."
+        ),
         seed: int = typer.Option(None, "--seed", help="Seed of sampling and of the simulated user (default 0)."),
-        start: str = typer.Option(None, "--start", help="Simulated clock start, RFC 3339 (default 2026-12-01T00:00:00Z)."),
+        start: str = typer.Option(
+            None, "--start", help="Simulated clock start, RFC 3339 (default 2026-12-01T00:00:00Z)."
+        ),
         temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (default 1.0)."),
         max_turns: int = typer.Option(None, "--max-turns", help="Model calls per session at most (default 8)."),
-        max_new_tokens: int = typer.Option(None, "--max-new-tokens", help="Tokens per model call at most (default 256)."),
+        max_new_tokens: int = typer.Option(
+            None, "--max-new-tokens", help="Tokens per model call at most (default 256)."
+        ),
         sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes in the pool (default 4)."),
         tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer directory (needed for an http policy)."),
-        executor: str = typer.Option(None, "--executor", help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md)."),
-        ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray)."),
+        executor: str = typer.Option(
+            None,
+            "--executor",
+            help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md).",
+        ),
+        ray_address: str = typer.Option(
+            None,
+            "--ray-address",
+            help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray).",
+        ),
         config: Path = opt.config("simulate"),
         set_: list[str] = opt.sets("feedback_rate=0.5"),
         as_json: bool = opt.json_flag(),
@@ -52,12 +71,23 @@ def register(app: typer.Typer) -> None:
         from rlcycle.config import resolve, save_resolved
 
         cfg = resolve(
-            stage.SimulateConfig, config, set_,
-            {"episodes": episodes, "seed": seed, "start": start, "temperature": temperature,
-             "max_turns": max_turns, "max_new_tokens": max_new_tokens, "sandboxes": sandboxes,
-             "tokenizer": tokenizer, "executor": executor, "ray_address": ray_address},
+            stage.SimulateConfig,
+            config,
+            set_,
+            {
+                "episodes": episodes,
+                "seed": seed,
+                "start": start,
+                "temperature": temperature,
+                "max_turns": max_turns,
+                "max_new_tokens": max_new_tokens,
+                "sandboxes": sandboxes,
+                "tokenizer": tokenizer,
+                "executor": executor,
+                "ray_address": ray_address,
+            },
             section="simulate",
-        )  # fmt: skip
+        )
         result = stage.run(cfg, policy, tasks, out, quiet=quiet)
         if out != "-":
             # A dot file, so `rlcycle collect DIR` does not read it as an events log.

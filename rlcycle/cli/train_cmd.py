@@ -59,8 +59,15 @@ def register(app: typer.Typer) -> None:
         from rlcycle.train.config import TrainConfig
 
         _quiet_transformers()
-        flags = {"objective": objective, "lr": lr, "epochs": epochs, "batch_size": batch_size,
-                 "max_steps": max_steps, "seed": seed, "resume": False if no_resume else None}  # fmt: skip
+        flags = {
+            "objective": objective,
+            "lr": lr,
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "max_steps": max_steps,
+            "seed": seed,
+            "resume": False if no_resume else None,
+        }
         cfg = resolve(TrainConfig, config, set_, flags, section="train")
         result = stage.run(cfg, examples, base, out, metrics_path=metrics, overwrite=overwrite, quiet=quiet)
         if os.environ.get("RANK", "0") != "0":
@@ -80,15 +87,26 @@ def register(app: typer.Typer) -> None:
 def _relaunch_args(p: dict) -> list[str]:
     """The `train ...` arguments for the child processes (everything but --processes)."""
     args = ["train", *p["examples"], "--base", p["base"], "-o", p["out"]]
-    for name, key in (("--config", "config"), ("--objective", "objective"), ("--lr", "lr"),
-                      ("--epochs", "epochs"), ("--batch-size", "batch_size"), ("--max-steps", "max_steps"),
-                      ("--seed", "seed"), ("--metrics", "metrics")):  # fmt: skip
+    for name, key in (
+        ("--config", "config"),
+        ("--objective", "objective"),
+        ("--lr", "lr"),
+        ("--epochs", "epochs"),
+        ("--batch-size", "batch_size"),
+        ("--max-steps", "max_steps"),
+        ("--seed", "seed"),
+        ("--metrics", "metrics"),
+    ):
         if p[key] is not None:
             args += [name, str(p[key])]
     for item in p["set_"] or []:
         args += ["--set", item]
-    for flag, key in (("--overwrite", "overwrite"), ("--no-resume", "no_resume"), ("--json", "as_json"),
-                      ("--quiet", "quiet")):  # fmt: skip
+    for flag, key in (
+        ("--overwrite", "overwrite"),
+        ("--no-resume", "no_resume"),
+        ("--json", "as_json"),
+        ("--quiet", "quiet"),
+    ):
         if p[key]:
             args.append(flag)
     return args

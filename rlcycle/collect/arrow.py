@@ -82,8 +82,9 @@ def _salvage_stream(buf: pa.Buffer, name: str, what: str):
             recovered += 1
             yield batch, None
     except (pa.ArrowInvalid, OSError) as e:
-        yield None, BadRecord(
-            name, 0, f"{what}: {recovered} complete batch(es) recovered, the rest is unreadable ({e})"
+        yield (
+            None,
+            BadRecord(name, 0, f"{what}: {recovered} complete batch(es) recovered, the rest is unreadable ({e})"),
         )
         return
     if what == "truncated Arrow file":

@@ -33,9 +33,7 @@ JSON_SCHEMA: dict[str, pl.DataType] = {
     "completion_logprobs": pl.List(pl.Float32),
     "prompt_messages": pl.List(pl.Struct({"role": pl.String, "content": pl.String})),
     "completion_text": pl.String,
-    "tool_calls": pl.List(
-        pl.Struct({"call_id": pl.String, "name": pl.String, "arguments": pl.String})
-    ),
+    "tool_calls": pl.List(pl.Struct({"call_id": pl.String, "name": pl.String, "arguments": pl.String})),
     "latency_ms": pl.Float64,
     "temperature": pl.Float64,
     "max_new_tokens": pl.Int64,
@@ -73,8 +71,6 @@ class Chunk:
     bad: list[BadRecord] = field(default_factory=list)
     bytes_read: int = 0
     lines_read: int = 0
-
-
 
 
 def raw_text(raw: bytes) -> str:

@@ -25,7 +25,10 @@ def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, resul
     events = _first_of_each(events, "event_id")
     result.duplicates += n_before - events.height
     split = events.partition_by("type", as_dict=True)  # one pass, not one filter per type
-    by_type = {t: split.get((t,), events.clear()) for t in ("completion", "tool_result", "edit_outcome", "user_message", "feedback")}
+    by_type = {
+        t: split.get((t,), events.clear())
+        for t in ("completion", "tool_result", "edit_outcome", "user_message", "feedback")
+    }
 
     comp = _completions(by_type["completion"], result)
     if comp.height == 0:
@@ -41,14 +44,20 @@ def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, resul
 
 def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
     comp = df.select(
-        "sample_id", "episode_id", "session_id",
-        pl.col("turn").cast(pl.Int32), "policy_version", "ts_ms",
+        "sample_id",
+        "episode_id",
+        "session_id",
+        pl.col("turn").cast(pl.Int32),
+        "policy_version",
+        "ts_ms",
         pl.col("prompt_ids").cast(pl.List(pl.Int32)),
         pl.col("completion_ids").cast(pl.List(pl.Int32)),
         pl.col("completion_logprobs").cast(pl.List(pl.Float32)).alias("behavior_logprobs"),
-        "tool_calls", "latency_ms", pl.col("temperature").cast(pl.Float32),
+        "tool_calls",
+        "latency_ms",
+        pl.col("temperature").cast(pl.Float32),
         pl.col("max_new_tokens").cast(pl.Int32),
-    )  # fmt: skip
+    )
     n = comp.height
     # Two completion events for one sample_id (distinct event ids) is a logging bug upstream:
     # keep the earliest, count the rest.
@@ -93,7 +102,9 @@ def _tool_calls(comp, results, outcomes, config, patterns, result):
     )
     calls = listed.join(latest, on=["sample_id", "call_id"], how="full", coalesce=True)
     # Results for calls the completion did not list are kept, after the listed ones.
-    calls = calls.with_columns(pl.col("pos").fill_null(1_000_000 + pl.col("result_ts").rank("ordinal").over("sample_id")))
+    calls = calls.with_columns(
+        pl.col("pos").fill_null(1_000_000 + pl.col("result_ts").rank("ordinal").over("sample_id"))
+    )
     if patterns:
         calls = redact.redact_column(calls, "arguments", patterns, result.redactions)
     edits = (
@@ -138,20 +149,31 @@ def _episode_signals(comp, messages, feedback, patterns, result) -> pl.DataFrame
     by_episode = fb.filter(pl.col("sample_id").is_null()).unique("episode_id", keep="last", maintain_order=True)
     comp = (
         comp.join(first_msg, on="episode_id", how="left")
-        .join(by_sample.select("sample_id", pl.col("value").alias("_fs"), pl.col("kind").alias("_fsk")), on="sample_id", how="left")
-        .join(by_episode.select("episode_id", pl.col("value").alias("_fe"), pl.col("kind").alias("_fek")), on="episode_id", how="left")
+        .join(
+            by_sample.select("sample_id", pl.col("value").alias("_fs"), pl.col("kind").alias("_fsk")),
+            on="sample_id",
+            how="left",
+        )
+        .join(
+            by_episode.select("episode_id", pl.col("value").alias("_fe"), pl.col("kind").alias("_fek")),
+            on="episode_id",
+            how="left",
+        )
     )
     return comp.with_columns(
         pl.coalesce("_fs", "_fe").cast(pl.Float32).alias("feedback"),
-        pl.when(pl.col("_fs").is_not_null()).then(pl.lit("sample"))
-        .when(pl.col("_fe").is_not_null()).then(pl.lit("episode")).alias("feedback_scope"),
+        pl.when(pl.col("_fs").is_not_null())
+        .then(pl.lit("sample"))
+        .when(pl.col("_fe").is_not_null())
+        .then(pl.lit("episode"))
+        .alias("feedback_scope"),
         pl.when(pl.col("_fs").is_not_null()).then("_fsk").otherwise("_fek").alias("feedback_kind"),
         (pl.col("turn") == pl.col("turn").max().over("episode_id")).alias("is_final_turn"),
         pl.len().over("episode_id").cast(pl.Int32).alias("n_turns"),
         pl.col("ts_ms").min().over("episode_id").alias("_ep_start"),
         pl.col("ts_ms").max().over("episode_id").alias("_ep_end"),
         pl.col("edit_outcomes_missing").fill_null(0).sum().over("episode_id").alias("_ep_missing"),
-    ).drop("_fs", "_fsk", "_fe", "_fek")  # fmt: skip
+    ).drop("_fs", "_fsk", "_fe", "_fek")
 
 
 def _count_orphans(by_type, comp, result) -> None:
@@ -211,11 +233,28 @@ def _finish(comp: pl.DataFrame) -> pl.DataFrame:
     order = comp.select(SESSION_HASH.alias("_h"), "session_id", "episode_id", "turn", "sample_id")
     comp = comp[order.with_row_index("_i").sort("_h", "session_id", "episode_id", "turn", "sample_id")["_i"]]
     return comp.select(
-        "sample_id", "episode_id", "session_id", "turn", "policy_version",
+        "sample_id",
+        "episode_id",
+        "session_id",
+        "turn",
+        "policy_version",
         pl.col("ts_ms").cast(pl.Datetime("ms", "UTC")).alias("ts"),
-        "prompt_ids", "completion_ids", "behavior_logprobs", "tool_calls",
-        pl.col("n_invalid_tool_calls").fill_null(0), "edit_lines_proposed", "edit_lines_surviving",
-        "followup_text", "feedback", "latency_ms", "is_final_turn",
-        pl.col("n_tool_errors").fill_null(0), pl.col("edit_outcomes_missing").fill_null(0),
-        "feedback_scope", "feedback_kind", "temperature", "n_turns", "max_new_tokens",
-    )  # fmt: skip
+        "prompt_ids",
+        "completion_ids",
+        "behavior_logprobs",
+        "tool_calls",
+        pl.col("n_invalid_tool_calls").fill_null(0),
+        "edit_lines_proposed",
+        "edit_lines_surviving",
+        "followup_text",
+        "feedback",
+        "latency_ms",
+        "is_final_turn",
+        pl.col("n_tool_errors").fill_null(0),
+        pl.col("edit_outcomes_missing").fill_null(0),
+        "feedback_scope",
+        "feedback_kind",
+        "temperature",
+        "n_turns",
+        "max_new_tokens",
+    )

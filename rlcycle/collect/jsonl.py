@@ -172,9 +172,7 @@ def _json_type_ok(value: Any, dtype: pl.DataType) -> bool:
     if dtype == pl.Float64:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if isinstance(dtype, pl.List):
-        return isinstance(value, list) and all(
-            v is None or _json_type_ok(v, dtype.inner) for v in value
-        )
+        return isinstance(value, list) and all(v is None or _json_type_ok(v, dtype.inner) for v in value)
     if isinstance(dtype, pl.Struct):
         return isinstance(value, dict)
     return True  # strings accept anything (objects become JSON text)
@@ -183,7 +181,10 @@ def _json_type_ok(value: Any, dtype: pl.DataType) -> bool:
 def _describe(dtype: pl.DataType) -> str:
     if isinstance(dtype, pl.List):
         return f"a list of {_describe(dtype.inner)}"
-    return {pl.Int64: "an integer", pl.Int32: "a 32-bit integer", pl.Float64: "a number",
-            pl.Float32: "a number", pl.String: "a string"}.get(
-        dtype, "an object"
-    )
+    return {
+        pl.Int64: "an integer",
+        pl.Int32: "a 32-bit integer",
+        pl.Float64: "a number",
+        pl.Float32: "a number",
+        pl.String: "a string",
+    }.get(dtype, "an object")

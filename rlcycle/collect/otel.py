@@ -186,7 +186,9 @@ def _output(a: dict[str, Any]) -> tuple[str | None, list[dict[str, str]] | None]
                 {
                     "call_id": p.get("id"),
                     "name": p.get("name"),
-                    "arguments": p["arguments"] if isinstance(p.get("arguments"), str) else json.dumps(p.get("arguments")),
+                    "arguments": p["arguments"]
+                    if isinstance(p.get("arguments"), str)
+                    else json.dumps(p.get("arguments")),
                 }
                 for p in msgs[0].get("parts") or []
                 if p.get("type") == "tool_call"

@@ -115,9 +115,7 @@ def redact_series(values: pl.Series, patterns: tuple[Pattern, ...], counts: Coun
     return values.clone().scatter(idx, hits)
 
 
-def redact_column(
-    df: pl.DataFrame, column: str, patterns: tuple[Pattern, ...], counts: Counter
-) -> pl.DataFrame:
+def redact_column(df: pl.DataFrame, column: str, patterns: tuple[Pattern, ...], counts: Counter) -> pl.DataFrame:
     """Redact one string column of a frame (see `redact_series`)."""
     if df.height == 0 or column not in df.columns:
         return df

@@ -34,9 +34,7 @@ def expand_inputs(specs: list[str]) -> list[str]:
         if spec == rio.STDIO:
             files.append(spec)
         elif os.path.isdir(spec):
-            found = sorted(
-                str(p) for p in Path(spec).rglob("*") if p.is_file() and not p.name.startswith(".")
-            )
+            found = sorted(str(p) for p in Path(spec).rglob("*") if p.is_file() and not p.name.startswith("."))
             if not found:
                 problems.append(f"{spec}: directory holds no files")
             files.extend(found)
@@ -91,4 +89,3 @@ def _peek(stream: Any, n: int) -> bytes:
 def _buffered(stream: Any) -> io.BufferedReader:
     """A reader whose peek() sees up to 1 MiB, enough to sniff a format and a first line."""
     return io.BufferedReader(stream, buffer_size=1 << 20)
-

@@ -68,7 +68,9 @@ class CollectConfig:
         6 * 3600.0, help="Hold back an episode with edit outcomes still due until it is this old (seconds)."
     )
     as_of: str | None = cfg(None, help="'Now' for the maturity rule (RFC 3339); default: the wall clock.")
-    edit_tools: list[str] = cfg(["write_file", "apply_patch", "replace_in_file"], help="Tool names whose ok calls get edit outcomes.")
+    edit_tools: list[str] = cfg(
+        ["write_file", "apply_patch", "replace_in_file"], help="Tool names whose ok calls get edit outcomes."
+    )
     strict: bool = cfg(False, help="Fail with exit 2 on the first bad record instead of quarantining it.")
     redact: bool = cfg(True, help="Redact secrets in text fields before anything is written.")
     secret_patterns: dict[str, str] = cfg({}, help="Extra secret patterns to redact: name = regex.")
@@ -237,8 +239,11 @@ def _quarantine(bads: list[BadRecord], result: CollectResult, qwriter, patterns,
     for bad, record, reason in zip(bads, records, reasons, strict=True):
         result.quarantined += 1
         result.quarantine_reasons[_reason_kind(reason)] += 1
-        row = {**bad.as_dict(), "reason": _cap(reason, QUARANTINE_FIELD_CHARS, result),
-               "record": _cap(record, QUARANTINE_FIELD_CHARS, result)}  # fmt: skip
+        row = {
+            **bad.as_dict(),
+            "reason": _cap(reason, QUARANTINE_FIELD_CHARS, result),
+            "record": _cap(record, QUARANTINE_FIELD_CHARS, result),
+        }
         qwriter.write_line(json.dumps(row, ensure_ascii=False))
 
 
@@ -265,10 +270,30 @@ def _reason_kind(reason: str) -> str:
 
 # Columns that trajectories need; the rest of each event is not carried to disk.
 _KEEP = [
-    "event_id", "type", "ts_ms", "session_id", "episode_id", "sample_id", "turn", "policy_version",
-    "prompt_ids", "completion_ids", "completion_logprobs", "tool_calls", "latency_ms", "temperature", "max_new_tokens",
-    "call_id", "status", "error", "lines_proposed", "lines_surviving", "text", "value", "kind",
-]  # fmt: skip
+    "event_id",
+    "type",
+    "ts_ms",
+    "session_id",
+    "episode_id",
+    "sample_id",
+    "turn",
+    "policy_version",
+    "prompt_ids",
+    "completion_ids",
+    "completion_logprobs",
+    "tool_calls",
+    "latency_ms",
+    "temperature",
+    "max_new_tokens",
+    "call_id",
+    "status",
+    "error",
+    "lines_proposed",
+    "lines_surviving",
+    "text",
+    "value",
+    "kind",
+]
 
 
 class Partitioner:
@@ -332,7 +357,8 @@ def format_summary(r: CollectResult) -> str:
         f"collect: {r.events_in + r.quarantined:,} records from {r.files} file(s) "
         f"({mb:,.1f} MB) in {r.seconds:.1f}s, {r.partitions} partition(s)",
         f"  trajectories   {r.samples_out:,} samples in {r.episodes_out:,} episodes -> {r.output}",
-        f"  duplicates     {r.duplicates:,} events" + (f", {r.duplicate_samples} repeated sample ids" if r.duplicate_samples else ""),
+        f"  duplicates     {r.duplicates:,} events"
+        + (f", {r.duplicate_samples} repeated sample ids" if r.duplicate_samples else ""),
         f"  held back      {r.held_back_episodes:,} episodes ({r.held_back_samples:,} samples): edit outcomes still due",
         f"  filtered out   {r.filtered_samples:,} samples (policy version / time window)",
         f"  quarantined    {r.quarantined:,}" + (f" -> {r.quarantine}" if r.quarantine else ""),
@@ -340,8 +366,11 @@ def format_summary(r: CollectResult) -> str:
     for reason, n in r.quarantine_reasons.most_common(8):
         lines.append(f"    {n:>8,}  {reason}")
     if r.orphans:
-        lines.append("  orphans        " + ", ".join(f"{k}={v:,}" for k, v in sorted(r.orphans.items()))
-                     + " (their sample or episode is not in this input)")
+        lines.append(
+            "  orphans        "
+            + ", ".join(f"{k}={v:,}" for k, v in sorted(r.orphans.items()))
+            + " (their sample or episode is not in this input)"
+        )
     if r.redactions:
         lines.append("  redacted       " + ", ".join(f"{k}={v:,}" for k, v in sorted(r.redactions.items())))
     if r.per_policy_version:

@@ -20,11 +20,24 @@ import urllib.request
 from pathlib import Path
 
 
-def call_hook(hook: str, path: Path, cid: str, alias: str, canary_fraction: float | None, timeout_s: float,
-              api_key: str | None = None, action: str = "promote") -> str | None:  # fmt: skip
+def call_hook(
+    hook: str,
+    path: Path,
+    cid: str,
+    alias: str,
+    canary_fraction: float | None,
+    timeout_s: float,
+    api_key: str | None = None,
+    action: str = "promote",
+) -> str | None:
     """Run the serving hook; None when it succeeded, else what went wrong (the key never in it)."""
-    payload = {"checkpoint_dir": str(path), "checkpoint_id": cid, "alias": alias,
-               "canary_fraction": canary_fraction, "action": action}  # fmt: skip
+    payload = {
+        "checkpoint_dir": str(path),
+        "checkpoint_id": cid,
+        "alias": alias,
+        "canary_fraction": canary_fraction,
+        "action": action,
+    }
     if hook.startswith(("http://", "https://")):
         headers = {"Content-Type": "application/json"}
         if api_key:
@@ -35,13 +48,16 @@ def call_hook(hook: str, path: Path, cid: str, alias: str, canary_fraction: floa
                 return None if 200 <= resp.status < 300 else f"HTTP {resp.status}"
         except Exception as e:  # connection refused, HTTP error, timeout: all mean "not served"
             return f"{type(e).__name__}: {e}"
-    env = dict(os.environ, RLCYCLE_CHECKPOINT_DIR=str(path), RLCYCLE_CHECKPOINT_ID=cid, RLCYCLE_ALIAS=alias,
-               RLCYCLE_CANARY_FRACTION="" if canary_fraction is None else str(canary_fraction),
-               RLCYCLE_DEPLOY_ACTION=action)  # fmt: skip
+    env = dict(
+        os.environ,
+        RLCYCLE_CHECKPOINT_DIR=str(path),
+        RLCYCLE_CHECKPOINT_ID=cid,
+        RLCYCLE_ALIAS=alias,
+        RLCYCLE_CANARY_FRACTION="" if canary_fraction is None else str(canary_fraction),
+        RLCYCLE_DEPLOY_ACTION=action,
+    )
     try:
-        proc = subprocess.run(
-            hook, shell=True, env=env, timeout=timeout_s, capture_output=True, text=True
-        )
+        proc = subprocess.run(hook, shell=True, env=env, timeout=timeout_s, capture_output=True, text=True)
     except subprocess.TimeoutExpired:
         return f"timed out after {timeout_s}s"
     if proc.returncode != 0:

@@ -40,16 +40,15 @@ from rlcycle.policy.registry import Entry, Registry, actor
 class DeployConfig:
     alias: str = cfg("production", help="The alias to promote into.")
     force: bool = cfg(False, help="Promote without a passing verdict (recorded in the history).")
-    canary_fraction: float | None = cfg(
-        None, help="Serve the checkpoint to this fraction of traffic first."
-    )
-    hook: str | None = cfg(
-        None, help="Serving hook: a shell command, or an http(s) URL to POST to."
-    )
+    canary_fraction: float | None = cfg(None, help="Serve the checkpoint to this fraction of traffic first.")
+    hook: str | None = cfg(None, help="Serving hook: a shell command, or an http(s) URL to POST to.")
     hook_timeout_s: float = cfg(120.0, help="Seconds the hook may take before it counts as failed.")
-    hook_api_key_env: str | None = cfg(None, help="Name of the environment variable holding the API key "
-                                                  "an http(s) hook is sent as `Authorization: Bearer KEY` "
-                                                  "(the NAME, never the key).")  # fmt: skip
+    hook_api_key_env: str | None = cfg(
+        None,
+        help="Name of the environment variable holding the API key "
+        "an http(s) hook is sent as `Authorization: Bearer KEY` "
+        "(the NAME, never the key).",
+    )
 
     def validate(self) -> list[str]:
         problems = []
@@ -57,8 +56,10 @@ class DeployConfig:
         check_range(problems, self, "hook_timeout_s", gt=0)
         name = self.hook_api_key_env
         if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            problems.append(f"hook_api_key_env={name!r}: the name of an environment variable, "
-                            "e.g. RLCYCLE_GATEWAY_API_KEY (not the key itself)")  # fmt: skip
+            problems.append(
+                f"hook_api_key_env={name!r}: the name of an environment variable, "
+                "e.g. RLCYCLE_GATEWAY_API_KEY (not the key itself)"
+            )
         return problems
 
     def hook_api_key(self) -> str | None:
@@ -124,8 +125,7 @@ def _check_verdict(verdict: dict[str, Any] | None, path, cid: str, force: bool) 
     if decision != "accept" and not force:
         failed = [g["name"] for g in verdict.get("gates", []) if not g.get("passed")]
         raise RlcycleError(
-            f"verdict {path} says {decision!r}"
-            + (f" (failed gates: {', '.join(failed)})" if failed else ""),
+            f"verdict {path} says {decision!r}" + (f" (failed gates: {', '.join(failed)})" if failed else ""),
             hint="fix the candidate, or --force to override (recorded in the history)",
             exit_code=EXIT_GATE_REFUSED,
         )
@@ -158,8 +158,16 @@ def run(
                 new["previous"] = old[config.alias]
             new[config.alias] = cid
             canary, action = {}, "promote"
-        entry = Entry(action, config.alias, cid, old.get(config.alias), str(verdict_path) if verdict_path else None,
-                      decision, actor(), note)  # fmt: skip
+        entry = Entry(
+            action,
+            config.alias,
+            cid,
+            old.get(config.alias),
+            str(verdict_path) if verdict_path else None,
+            decision,
+            actor(),
+            note,
+        )
         reg.commit(new, entry, canary)
         result = DeployResult(
             action,
@@ -171,11 +179,31 @@ def run(
             config.hook,
         )
         if config.hook:
-            problem = call_hook(config.hook or "", reg.ckpts / cid, cid, config.alias, config.canary_fraction, config.hook_timeout_s,
-                                api_key, action)  # fmt: skip
+            problem = call_hook(
+                config.hook or "",
+                reg.ckpts / cid,
+                cid,
+                config.alias,
+                config.canary_fraction,
+                config.hook_timeout_s,
+                api_key,
+                action,
+            )
             if problem:
-                reg.commit(old, Entry("revert", config.alias, old.get(config.alias), cid, None, None, actor(),
-                                      f"serving hook failed: {problem}"), before.get("canary") or {})  # fmt: skip
+                reg.commit(
+                    old,
+                    Entry(
+                        "revert",
+                        config.alias,
+                        old.get(config.alias),
+                        cid,
+                        None,
+                        None,
+                        actor(),
+                        f"serving hook failed: {problem}",
+                    ),
+                    before.get("canary") or {},
+                )
                 raise RlcycleError(
                     f"serving hook failed ({problem}); the registry was moved back "
                     f"({config.alias} -> {old.get(config.alias) or 'nothing, as before'})",
@@ -210,9 +238,20 @@ def rollback(
         if hook:
             problem = call_hook(hook, reg.ckpts / back, back, alias, None, config.hook_timeout_s, api_key, "rollback")
             if problem:
-                reg.commit(old, Entry("revert", alias, current, back, None, None, actor(),
-                                      f"serving hook failed on rollback: {problem}"),
-                           before.get("canary") or {})  # fmt: skip
+                reg.commit(
+                    old,
+                    Entry(
+                        "revert",
+                        alias,
+                        current,
+                        back,
+                        None,
+                        None,
+                        actor(),
+                        f"serving hook failed on rollback: {problem}",
+                    ),
+                    before.get("canary") or {},
+                )
                 raise RlcycleError(
                     f"serving hook failed ({problem}); the rollback was undone ({alias} -> {current}, "
                     "still what the serving side has)",

@@ -68,7 +68,9 @@ PROBE_PROMPT = (
     "def mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / (len(xs) + 1)\n"
     "<|im_end|>\n<|im_start|>assistant\n"
 )
-PROBE_CONTINUATION = "def mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / len(xs)\n<|im_end|>"
+PROBE_CONTINUATION = (
+    "def mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / len(xs)\n<|im_end|>"
+)
 DECODE_TOKENS = 16
 
 
@@ -115,8 +117,7 @@ class Server:
         except urllib.error.HTTPError as e:
             status, raw = e.code, e.read()
         except (urllib.error.URLError, OSError) as e:
-            raise RlcycleError(f"cannot reach {self.url}{path}: {e}",
-                               hint="is the server up? check --url") from None  # fmt: skip
+            raise RlcycleError(f"cannot reach {self.url}{path}: {e}", hint="is the server up? check --url") from None
         text = raw.decode("utf-8", "replace")
         try:
             return status, json.loads(text)
@@ -126,23 +127,22 @@ class Server:
     def models(self) -> list[dict[str, Any]]:
         status, body = self.call("GET", "/v1/models")
         if status != 200 or not isinstance(body, dict):
-            raise RlcycleError(f"{self.url}/v1/models: HTTP {status}: {_message(body)}",
-                               hint="check --url and --api-key-env")  # fmt: skip
+            raise RlcycleError(
+                f"{self.url}/v1/models: HTTP {status}: {_message(body)}", hint="check --url and --api-key-env"
+            )
         return list(body.get("data") or [])
 
     def load(self, name: str, path: str) -> None:
-        status, body = self.call(
-            "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
-        )
+        status, body = self.call("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
         if status != 200:
             if status == 404 and "No adapter found" not in _message(body):  # no such route
                 hint = "start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
             else:
-                hint = ("the path must be readable by the server (--path-map LOCAL=REMOTE), and vLLM's "
-                        "--max-lora-rank at least the adapter's r")  # fmt: skip
-            raise RlcycleError(
-                f"loading {path} as {name}: HTTP {status}: {_message(body)}", hint=hint
-            )
+                hint = (
+                    "the path must be readable by the server (--path-map LOCAL=REMOTE), and vLLM's "
+                    "--max-lora-rank at least the adapter's r"
+                )
+            raise RlcycleError(f"loading {path} as {name}: HTTP {status}: {_message(body)}", hint=hint)
 
     def unload(self, name: str) -> str | None:
         """None when unloaded, else why not."""
@@ -152,9 +152,7 @@ class Server:
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
         status, resp = self.call("POST", "/v1/completions", body)
         if status != 200 or not isinstance(resp, dict) or not resp.get("choices"):
-            raise RlcycleError(
-                f"{self.url}/v1/completions for {body.get('model')}: HTTP {status}: {_message(resp)}"
-            )
+            raise RlcycleError(f"{self.url}/v1/completions for {body.get('model')}: HTTP {status}: {_message(resp)}")
         return resp["choices"][0]
 
 
@@ -168,39 +166,51 @@ def _message(body: Any) -> str:
 
 # The neutral sampling fields http.py sends too: a vLLM server would otherwise apply the
 # model's generation_config (e.g. a repetition penalty) to the sampled tokens.
-NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "n": 1,
-           "stream": False, "return_tokens_as_token_ids": True, "return_token_ids": True,
-           "skip_special_tokens": False, "seed": 0}  # fmt: skip
+NEUTRAL = {
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "n": 1,
+    "stream": False,
+    "return_tokens_as_token_ids": True,
+    "return_token_ids": True,
+    "skip_special_tokens": False,
+    "seed": 0,
+}
 
 
 def served_prompt_logprobs(server: Server, model: str, ids: list[int]) -> list[float]:
     """The server's logprob of each of ids[1:] given the tokens before it (prompt logprobs)."""
-    choice = server.completion({**NEUTRAL, "model": model, "prompt": ids, "max_tokens": 1,
-                                "temperature": 1.0, "echo": True, "logprobs": 1})  # fmt: skip
+    choice = server.completion(
+        {**NEUTRAL, "model": model, "prompt": ids, "max_tokens": 1, "temperature": 1.0, "echo": True, "logprobs": 1}
+    )
     lp = choice.get("logprobs") or {}
     values, tokens = lp.get("token_logprobs") or [], lp.get("tokens") or []
     echoed = _ids_of(tokens[: len(ids)])
     if len(values) < len(ids) or (echoed is not None and echoed != ids):
-        raise RlcycleError(f"{model}: the echoed prompt does not match the probe "
-                           f"({len(values)} logprobs for {len(ids)} tokens)",
-                           hint="the server must accept token-id prompts with echo and logprobs")  # fmt: skip
+        raise RlcycleError(
+            f"{model}: the echoed prompt does not match the probe ({len(values)} logprobs for {len(ids)} tokens)",
+            hint="the server must accept token-id prompts with echo and logprobs",
+        )
     return [float(v) for v in values[1 : len(ids)]]
 
 
-def served_greedy(
-    server: Server, model: str, prompt: list[int], n: int
-) -> tuple[list[int], list[float]]:
+def served_greedy(server: Server, model: str, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
     """Greedy continuation of `prompt`: the chosen ids and the logprobs the server reports."""
-    choice = server.completion({**NEUTRAL, "model": model, "prompt": prompt, "max_tokens": n,
-                                "temperature": 0.0, "logprobs": 1})  # fmt: skip
+    choice = server.completion(
+        {**NEUTRAL, "model": model, "prompt": prompt, "max_tokens": n, "temperature": 0.0, "logprobs": 1}
+    )
     lp = choice.get("logprobs") or {}
     ids = choice.get("token_ids")
     if ids is None:
         ids = _ids_of(lp.get("tokens") or [])
     values = lp.get("token_logprobs") or []
     if ids is None or len(ids) != len(values) or not ids:
-        raise RlcycleError(f"{model}: the greedy probe returned no token ids with logprobs",
-                           hint="the server must honour return_tokens_as_token_ids or return_token_ids")  # fmt: skip
+        raise RlcycleError(
+            f"{model}: the greedy probe returned no token ids with logprobs",
+            hint="the server must honour return_tokens_as_token_ids or return_token_ids",
+        )
     return [int(t) for t in ids], [float(v) for v in values]
 
 
@@ -233,14 +243,10 @@ class Local:
     def __init__(self, checkpoint: Path, device: str):
         from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
-        self.policy = HFPolicy.from_pretrained(
-            checkpoint, HFPolicyConfig(device=device, dtype="float32")
-        )
+        self.policy = HFPolicy.from_pretrained(checkpoint, HFPolicyConfig(device=device, dtype="float32"))
         tok = self.policy.tokenizer
         self.prompt = list(tok(PROBE_PROMPT, add_special_tokens=False)["input_ids"])
-        self.ids = self.prompt + list(
-            tok(PROBE_CONTINUATION, add_special_tokens=False)["input_ids"]
-        )
+        self.ids = self.prompt + list(tok(PROBE_CONTINUATION, add_special_tokens=False)["input_ids"])
         self.prompt_logprobs = self.policy.score(self.ids[:1], self.ids[1:])
 
     def score(self, prompt: list[int], completion: list[int]) -> list[float]:
@@ -253,8 +259,11 @@ def check(server: Server, local: Local, name: str, report: Report) -> None:
     report.prompt_max_diff, report.prompt_mean_diff = diffs(served, local.prompt_logprobs)
     ids, lps = served_greedy(server, name, local.prompt, DECODE_TOKENS)
     report.decode_max_diff, report.decode_mean_diff = diffs(lps, local.score(local.prompt, ids))
-    report.passed = within(report, max(report.prompt_max_diff, report.decode_max_diff),
-                           max(report.prompt_mean_diff, report.decode_mean_diff))  # fmt: skip
+    report.passed = within(
+        report,
+        max(report.prompt_max_diff, report.decode_max_diff),
+        max(report.prompt_mean_diff, report.decode_mean_diff),
+    )
 
 
 def within(report: Report, largest: float, mean: float) -> bool:
@@ -268,9 +277,7 @@ def separation(server: Server, local: Local, others: list[str]) -> dict[str, dic
     out = {}
     for other in others:
         try:
-            largest, mean = diffs(
-                served_prompt_logprobs(server, other, local.ids), local.prompt_logprobs
-            )
+            largest, mean = diffs(served_prompt_logprobs(server, other, local.ids), local.prompt_logprobs)
             out[other] = {"max": largest, "mean": mean}
         except RlcycleError:
             continue  # a model that cannot be scored tells us nothing; the check itself ran
@@ -286,8 +293,8 @@ def run(args: argparse.Namespace) -> Report:
             f"checkpoint {cid} ({ckpt}) has no LoRA adapter (no adapter/adapter_config.json): "
             "a full fine-tune cannot be hot-loaded into vLLM",
             hint=f"restart vLLM on the merged weights (`vllm serve {ckpt}`) and deploy with a hook "
-                 "that does that, or train with `--set lora.r=16` to get an adapter",
-        )  # fmt: skip
+            "that does that, or train with `--set lora.r=16` to get an adapter",
+        )
     server = Server(args.url, _api_key(args.api_key_env), args.timeout)
     name = PREFIX + _short(cid)
     listed = server.models()
@@ -334,8 +341,10 @@ def _checkpoint(args: argparse.Namespace) -> tuple[Path, str]:
     path = args.checkpoint or os.environ.get("RLCYCLE_CHECKPOINT_DIR")
     cid = args.id or os.environ.get("RLCYCLE_CHECKPOINT_ID")
     if not path:
-        raise InputError("no checkpoint: RLCYCLE_CHECKPOINT_DIR is not set and no --checkpoint given",
-                         hint="run it as `rlcycle deploy CKPT --hook 'python -m rlcycle.deploy.vllm --url URL'`")  # fmt: skip
+        raise InputError(
+            "no checkpoint: RLCYCLE_CHECKPOINT_DIR is not set and no --checkpoint given",
+            hint="run it as `rlcycle deploy CKPT --hook 'python -m rlcycle.deploy.vllm --url URL'`",
+        )
     if not cid:
         from rlcycle.policy.registry import checkpoint_id
 
@@ -365,9 +374,7 @@ def _api_key(env: str | None) -> str | None:
         return None
     key = os.environ.get(env)
     if not key:
-        raise InputError(
-            f"--api-key-env {env}: ${env} is not set", hint=f"export {env}=<the server's API key>"
-        )
+        raise InputError(f"--api-key-env {env}: ${env} is not set", hint=f"export {env}=<the server's API key>")
     return key
 
 
@@ -379,12 +386,16 @@ def _summary(r: Report) -> str:
     if not r.passed:
         return f"vllm hook: {r.name} FAILED the probe: {r.problem}"
     close = [n for n, d in r.separation.items() if within(r, d["max"], d["mean"])]
-    line = (f"vllm hook: {r.name} {'loaded' if r.loaded else 'already loaded'} and checked "
-            f"(max |logprob diff| prompt {r.prompt_max_diff:.3g}, decode {r.decode_max_diff:.3g} "
-            f"<= {r.tolerance:g}); unloaded {', '.join(r.unloaded) or 'nothing'}")  # fmt: skip
+    line = (
+        f"vllm hook: {r.name} {'loaded' if r.loaded else 'already loaded'} and checked "
+        f"(max |logprob diff| prompt {r.prompt_max_diff:.3g}, decode {r.decode_max_diff:.3g} "
+        f"<= {r.tolerance:g}); unloaded {', '.join(r.unloaded) or 'nothing'}"
+    )
     if close:
-        line += (f"\nvllm hook: warning: the probe cannot tell this checkpoint from {', '.join(close)} "
-                 f"at tolerance {r.tolerance:g}: the check would not notice the server answering with it")  # fmt: skip
+        line += (
+            f"\nvllm hook: warning: the probe cannot tell this checkpoint from {', '.join(close)} "
+            f"at tolerance {r.tolerance:g}: the check would not notice the server answering with it"
+        )
     return line
 
 
@@ -395,37 +406,35 @@ def parser() -> argparse.ArgumentParser:
         "name, check the served logprobs against the checkpoint's own, unload the old adapters. "
         "Exit 0 ok, 1 check failed (deploy rolls back), 2 usage. docs/vllm.md",
     )
+    p.add_argument("--url", required=True, help="The server, e.g. http://127.0.0.1:8000 (with or without /v1).")
+    p.add_argument("--api-key-env", help="Environment variable holding the server's API key (sent as Bearer).")
     p.add_argument(
-        "--url", required=True, help="The server, e.g. http://127.0.0.1:8000 (with or without /v1)."
+        "--tolerance",
+        type=float,
+        default=0.05,
+        help="Largest allowed |served - local| per-token logprob, in nats (default 0.05).",
     )
     p.add_argument(
-        "--api-key-env", help="Environment variable holding the server's API key (sent as Bearer)."
+        "--mean-tolerance",
+        type=float,
+        default=None,
+        help="Also require the mean |served - local| logprob to be at most this (default: not gated).",
     )
-    p.add_argument("--tolerance", type=float, default=0.05,
-                   help="Largest allowed |served - local| per-token logprob, in nats (default 0.05).")  # fmt: skip
-    p.add_argument("--mean-tolerance", type=float, default=None,
-                   help="Also require the mean |served - local| logprob to be at most this (default: not gated).")  # fmt: skip
     p.add_argument("--checkpoint", help="Checkpoint directory (default: $RLCYCLE_CHECKPOINT_DIR).")
     p.add_argument("--id", help="Checkpoint id (default: $RLCYCLE_CHECKPOINT_ID, else computed).")
     p.add_argument(
         "--path-map",
         help="LOCAL=REMOTE: rewrite the adapter path's prefix for a server on another host.",
     )
-    p.add_argument(
-        "--device", default="cpu", help="Device of the local reference model (default cpu)."
-    )
-    p.add_argument(
-        "--timeout", type=float, default=60.0, help="Seconds per HTTP request (default 60)."
-    )
+    p.add_argument("--device", default="cpu", help="Device of the local reference model (default cpu).")
+    p.add_argument("--timeout", type=float, default=60.0, help="Seconds per HTTP request (default 60).")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        if not args.tolerance > 0 or (
-            args.mean_tolerance is not None and not args.mean_tolerance > 0
-        ):
+        if not args.tolerance > 0 or (args.mean_tolerance is not None and not args.mean_tolerance > 0):
             raise InputError(
                 f"--tolerance {args.tolerance} / --mean-tolerance {args.mean_tolerance}: must be > 0",
                 hint="e.g. --tolerance 0.05",

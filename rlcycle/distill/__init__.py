@@ -10,6 +10,13 @@ from rlcycle.distill.spec import RewardSpec, SignalSpec, default_spec, load_spec
 from rlcycle.distill.stage import DistillConfig, DistillResult, format_summary, run
 
 __all__ = [
-    "DistillConfig", "DistillResult", "RewardSpec", "SignalSpec", "default_spec", "format_summary",
-    "load_spec", "parse_spec", "run",
-]  # fmt: skip
+    "DistillConfig",
+    "DistillResult",
+    "RewardSpec",
+    "SignalSpec",
+    "default_spec",
+    "format_summary",
+    "load_spec",
+    "parse_spec",
+    "run",
+]

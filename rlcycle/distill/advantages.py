@@ -98,8 +98,9 @@ class Advantages:
     group_sizes: dict[str, float]  # min / median / max samples per group
 
 
-def compute(reward: np.ndarray, group: np.ndarray, included: np.ndarray, normalization: str,
-            std_eps: float, flat_tol: float) -> Advantages:  # fmt: skip
+def compute(
+    reward: np.ndarray, group: np.ndarray, included: np.ndarray, normalization: str, std_eps: float, flat_tol: float
+) -> Advantages:
     """Advantages of the `included` samples of groups >= 0 (others NaN)."""
     if normalization not in NORMALIZATIONS:  # the config validates this; never a silent default
         raise ValueError(f"unknown normalization {normalization!r}")
@@ -138,6 +139,10 @@ def compute(reward: np.ndarray, group: np.ndarray, included: np.ndarray, normali
     present = n > 0
     sizes = n[present]
     return Advantages(
-        out, flat_rows, int(present.sum()), int(flat.sum()), int(((n == 1)).sum()),
+        out,
+        flat_rows,
+        int(present.sum()),
+        int(flat.sum()),
+        int((n == 1).sum()),
         {"min": float(sizes.min()), "median": float(np.median(sizes)), "max": float(sizes.max())} if sizes.size else {},
-    )  # fmt: skip
+    )

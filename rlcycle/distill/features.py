@@ -42,9 +42,16 @@ from rlcycle.distill.spec import RewardSpec, resolve_callable
 C = pl.col
 PROMPT_SEED = 0x5EED
 _NUMERIC = [
-    "turn", "ts", "n_invalid_tool_calls", "n_tool_errors", "edit_lines_proposed",
-    "edit_lines_surviving", "feedback", "latency_ms", "is_final_turn",
-]  # fmt: skip
+    "turn",
+    "ts",
+    "n_invalid_tool_calls",
+    "n_tool_errors",
+    "edit_lines_proposed",
+    "edit_lines_surviving",
+    "feedback",
+    "latency_ms",
+    "is_final_turn",
+]
 
 
 @dataclass
@@ -70,7 +77,9 @@ def build(table: pa.Table, spec: RewardSpec, config) -> Features:
     e = _episodes(s, seg, table, config)
     fp = spec.params_of("dissatisfied_followup")
     hook = resolve_callable(fp["classifier"]) if fp["classifier"] else None
-    score = followup.score_texts(e.get_column("followup"), hook, fp["phrases"], fp["satisfied_phrases"], fp["negations"])
+    score = followup.score_texts(
+        e.get_column("followup"), hook, fp["phrases"], fp["satisfied_phrases"], fp["negations"]
+    )
     e = _success(e.with_columns(score=score), config.success_persistence)
     e = _next_success(e)
     e = _clarification_facts(e, spec.params_of("clarification"))
@@ -85,8 +94,9 @@ def _samples(table: pa.Table, config, tests_col: str) -> tuple[pl.DataFrame, lis
     # Invalid / failed calls are counted again only where collect's counts are missing.
     recount = any(table.column(c).null_count for c in ("n_invalid_tool_calls", "n_tool_errors"))
     with ThreadPoolExecutor(1) as pool:  # the tool calls (Arrow, no GIL) beside the episode ids
-        pending = pool.submit(_tool_call_counts, table.column("tool_calls"), config.edit_tools,
-                              config.clarify_tools, recount)  # fmt: skip
+        pending = pool.submit(
+            _tool_call_counts, table.column("tool_calls"), config.edit_tools, config.clarify_tools, recount
+        )
         episode = episode_codes(table.column("episode_id"))
         # One dictionary for all record batches: the indices are version codes.
         versions = pc.dictionary_encode(table.column("policy_version"))
@@ -94,7 +104,10 @@ def _samples(table: pa.Table, config, tests_col: str) -> tuple[pl.DataFrame, lis
     scope = pc.fill_null(pc.equal(table.column("feedback_scope"), "sample"), False)
     tests = pl.Series(table.column(tests_col)).cast(pl.Boolean) if tests_col in table.column_names else None
     s = s.select(
-        "turn", "ts", "feedback", "latency_ms",
+        "turn",
+        "ts",
+        "feedback",
+        "latency_ms",
         _ep=episode,
         _v=pl.Series(pa.chunked_array([c.indices for c in versions.chunks], pa.int32())).cast(pl.Int32),
         n_invalid=C("n_invalid_tool_calls").fill_null(pl.Series(calls["invalid"])),
@@ -107,7 +120,7 @@ def _samples(table: pa.Table, config, tests_col: str) -> tuple[pl.DataFrame, lis
         edited=pl.Series(calls["edited"] > 0),
         tests=tests if tests is not None else pl.lit(None, pl.Boolean),
         is_final=C("is_final_turn"),
-    )  # fmt: skip
+    )
     return s, versions.chunks[-1].dictionary.to_pylist() if versions.num_chunks else []
 
 
@@ -292,21 +305,23 @@ def _episodes(s: pl.DataFrame, seg: Segments, table: pa.Table, config) -> pl.Dat
 def _episode_facts(s: pl.DataFrame, seg: Segments, table: pa.Table, first: np.ndarray) -> pl.DataFrame:
     feedback = _np(s, "feedback", float("nan"))
     fu_row = seg.first_valid(pc.is_valid(table.column("followup_text")).to_numpy(zero_copy_only=False))
-    e = pl.DataFrame({
-        "_ep": np.arange(first.size, dtype=np.uint32),
-        "_v": s.get_column("_v").gather(first),
-        "session_id": _take(table, "session_id", first),
-        "start": seg.min(_np(s, "ts", 0)),
-        "n_samples": seg.count(),
-        "asked": seg.sum(s.get_column("asked").to_numpy()) > 0,
-        "edited": seg.sum(s.get_column("edited").to_numpy()) > 0,
-        "n_outcomes": seg.sum(s.get_column("proposed").is_not_null().to_numpy()),
-        "lines_proposed": seg.sum(_np(s, "proposed", 0), dtype=np.int64),
-        "lines_surviving": seg.sum(_np(s, "surviving", 0), dtype=np.int64),
-        "fb_min": seg.nanmin(feedback),
-        "fb_max": seg.nanmax(feedback),
-        "followup": _take(table, "followup_text", fu_row),
-    }).with_columns(C("fb_min", "fb_max").fill_nan(None))  # fmt: skip
+    e = pl.DataFrame(
+        {
+            "_ep": np.arange(first.size, dtype=np.uint32),
+            "_v": s.get_column("_v").gather(first),
+            "session_id": _take(table, "session_id", first),
+            "start": seg.min(_np(s, "ts", 0)),
+            "n_samples": seg.count(),
+            "asked": seg.sum(s.get_column("asked").to_numpy()) > 0,
+            "edited": seg.sum(s.get_column("edited").to_numpy()) > 0,
+            "n_outcomes": seg.sum(s.get_column("proposed").is_not_null().to_numpy()),
+            "lines_proposed": seg.sum(_np(s, "proposed", 0), dtype=np.int64),
+            "lines_surviving": seg.sum(_np(s, "surviving", 0), dtype=np.int64),
+            "fb_min": seg.nanmin(feedback),
+            "fb_max": seg.nanmax(feedback),
+            "followup": _take(table, "followup_text", fu_row),
+        }
+    ).with_columns(C("fb_min", "fb_max").fill_nan(None))
     tests_passed = pl.repeat(None, first.size, dtype=pl.Boolean, eager=True).alias("tests_passed")
     tests = s.get_column("tests")
     if tests.null_count() < s.height:  # the optional correctness column: its last value by turn
@@ -338,7 +353,9 @@ def _prompt_hash(table: pa.Table, rows: np.ndarray) -> pl.Series:
 
 def _success(e: pl.DataFrame, min_persist: float) -> pl.DataFrame:
     # Persistence over all the episode's edits that have an outcome.
-    persist = pl.when((C("n_outcomes") > 0) & (C("lines_proposed") > 0)).then(C("lines_surviving") / C("lines_proposed"))
+    persist = pl.when((C("n_outcomes") > 0) & (C("lines_proposed") > 0)).then(
+        C("lines_surviving") / C("lines_proposed")
+    )
     e = e.with_columns(persist=persist)
     # The follow-up is evidence about the work only when the episode did not end in a question.
     score = pl.when(~C("asked")).then(C("score"))

@@ -35,26 +35,79 @@ import polars as pl
 from rlcycle.errors import InputError, RlcycleError
 
 DISSATISFIED = [
-    "that's wrong", "that is wrong", "this is wrong", "still wrong",
-    "still fails", "still failing", "still broken", "still getting", "still seeing", "still crashes",
-    "doesn't work", "does not work", "didn't work", "did not work", "not working",
-    "didn't fix", "did not fix", "not fixed", "isn't fixed", "not what i asked", "not what i wanted",
-    "revert", "undo that", "undo it", "roll back", "you broke", "made it worse",
+    "that's wrong",
+    "that is wrong",
+    "this is wrong",
+    "still wrong",
+    "still fails",
+    "still failing",
+    "still broken",
+    "still getting",
+    "still seeing",
+    "still crashes",
+    "doesn't work",
+    "does not work",
+    "didn't work",
+    "did not work",
+    "not working",
+    "didn't fix",
+    "did not fix",
+    "not fixed",
+    "isn't fixed",
+    "not what i asked",
+    "not what i wanted",
+    "revert",
+    "undo that",
+    "undo it",
+    "roll back",
+    "you broke",
+    "made it worse",
     # Nothing was done: the simulated user's complaints (rlcycle.agent.user), real users' too.
-    "didn't change anything", "did not change anything", "nothing changed", "no code was touched",
-    "actually make the change", "just make the change", "just do it", "don't ask me",
-]  # fmt: skip
+    "didn't change anything",
+    "did not change anything",
+    "nothing changed",
+    "no code was touched",
+    "actually make the change",
+    "just make the change",
+    "just do it",
+    "don't ask me",
+]
 SATISFIED = [
-    "thanks", "thank you", "ty", "works", "fixed it", "that fixed", "is fixed", "now fixed",
-    "perfect", "great", "lgtm", "looks good", "merging", "nice",
-]  # fmt: skip
+    "thanks",
+    "thank you",
+    "ty",
+    "works",
+    "fixed it",
+    "that fixed",
+    "is fixed",
+    "now fixed",
+    "perfect",
+    "great",
+    "lgtm",
+    "looks good",
+    "merging",
+    "nice",
+]
 NEGATIONS = ["not", "no longer", "never", "nothing", "hardly", "no need to", "cannot", "*n't"]
 # Answers to a clarifying question that say the task was clear already (clarification signal).
 CLEAR_TASK = [
-    "as i said", "like i said", "i already said", "already told you", "as stated", "as mentioned",
-    "just do it", "it's in the", "read the", "obviously", "you decide", "your call", "up to you",
-    "whatever you think", "doesn't matter", "don't care",
-]  # fmt: skip
+    "as i said",
+    "like i said",
+    "i already said",
+    "already told you",
+    "as stated",
+    "as mentioned",
+    "just do it",
+    "it's in the",
+    "read the",
+    "obviously",
+    "you decide",
+    "your call",
+    "up to you",
+    "whatever you think",
+    "doesn't matter",
+    "don't care",
+]
 
 
 def _phrase(p: str) -> str:
@@ -124,9 +177,9 @@ def score_texts(
     """Scores for `texts` (one per element, null for null), each distinct text scored once."""
     distinct = texts.drop_nulls().unique(maintain_order=True)
     if hook is None:
-        scores = pl.DataFrame({"t": distinct}).select(
-            builtin_scores(pl.col("t"), phrases, satisfied, negations)
-        ).to_series()
+        scores = (
+            pl.DataFrame({"t": distinct}).select(builtin_scores(pl.col("t"), phrases, satisfied, negations)).to_series()
+        )
     else:
         scores = pl.Series(_call_hook(hook, distinct.to_list()), dtype=pl.Float64)
     return texts.replace_strict(distinct, scores, default=None, return_dtype=pl.Float64)

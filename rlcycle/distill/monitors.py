@@ -42,10 +42,24 @@ from rlcycle import online
 C = pl.col
 RATES = ("invalid_tool_call_rate", "clarification_rate", "edit_rate", "tool_error_rate", "dissatisfied_rate")
 LEVELS = ("mean_latency_ms",)
-SHARED = {"clarification_rate": "clarification_rate", "edit_rate": "edit_rate",
-          "dissatisfied_rate": "dissatisfied_rate", "mean_latency_ms": "latency_ms"}  # monitor name: online metric
-ORDER = ("episodes", "clarification_rate", "edit_rate", "success_rate", "dissatisfied_rate", "samples",
-         "invalid_tool_call_rate", "tool_error_rate", "mean_latency_ms", "mean_reward")  # fmt: skip
+SHARED = {
+    "clarification_rate": "clarification_rate",
+    "edit_rate": "edit_rate",
+    "dissatisfied_rate": "dissatisfied_rate",
+    "mean_latency_ms": "latency_ms",
+}  # monitor name: online metric
+ORDER = (
+    "episodes",
+    "clarification_rate",
+    "edit_rate",
+    "success_rate",
+    "dissatisfied_rate",
+    "samples",
+    "invalid_tool_call_rate",
+    "tool_error_rate",
+    "mean_latency_ms",
+    "mean_reward",
+)
 
 
 def per_version(feats, parts: dict[str, np.ndarray], reward: np.ndarray) -> dict[str, dict[str, Any]]:
@@ -54,18 +68,27 @@ def per_version(feats, parts: dict[str, np.ndarray], reward: np.ndarray) -> dict
     s, e = feats.samples, feats.episodes
     v = C("_v").fill_null(len(names) - 1)
     inv = C("n_invalid") > 0
-    by_s = s.select(
-        v, inv.alias("inv"), (C("n_errors") > 0).alias("err"), "latency_ms", "ep_failed",
-        pl.Series("reward", reward), *(pl.Series(f"p_{n}", p) for n, p in parts.items()),
-    ).group_by("_v").agg(
-        pl.len().alias("samples"),
-        C("inv").mean().alias("invalid_tool_call_rate"),
-        C("err").mean().alias("tool_error_rate"),
-        C("reward").mean().alias("mean_reward"),
-        C("inv").filter(C("ep_failed")).mean().alias("invalid_rate_failed"),
-        C("inv").filter(~C("ep_failed")).mean().alias("invalid_rate_other"),
-        *(C(f"p_{n}").abs().sum().cast(pl.Float64) for n in parts),
-    )  # fmt: skip
+    by_s = (
+        s.select(
+            v,
+            inv.alias("inv"),
+            (C("n_errors") > 0).alias("err"),
+            "latency_ms",
+            "ep_failed",
+            pl.Series("reward", reward),
+            *(pl.Series(f"p_{n}", p) for n, p in parts.items()),
+        )
+        .group_by("_v")
+        .agg(
+            pl.len().alias("samples"),
+            C("inv").mean().alias("invalid_tool_call_rate"),
+            C("err").mean().alias("tool_error_rate"),
+            C("reward").mean().alias("mean_reward"),
+            C("inv").filter(C("ep_failed")).mean().alias("invalid_rate_failed"),
+            C("inv").filter(~C("ep_failed")).mean().alias("invalid_rate_other"),
+            *(C(f"p_{n}").abs().sum().cast(pl.Float64) for n in parts),
+        )
+    )
     by_e = e.group_by(v).agg(
         first=C("start").min(),
         episodes=pl.len(),
@@ -89,23 +112,40 @@ def per_version(feats, parts: dict[str, np.ndarray], reward: np.ndarray) -> dict
 def _facts(feats, names: list[str]) -> pl.DataFrame:
     """distill's episodes as rlcycle.online EPISODE_FACTS (one row per episode)."""
     per_ep = feats.samples.group_by("_ep").agg(
-        timed=C("latency_ms").count().cast(pl.Float64), latency=C("latency_ms").fill_null(0).sum().cast(pl.Float64),
-        invalid=C("n_invalid").fill_null(0).sum().cast(pl.Float64), tokens=C("n_tokens").sum().cast(pl.Float64),
-    )  # fmt: skip
+        timed=C("latency_ms").count().cast(pl.Float64),
+        latency=C("latency_ms").fill_null(0).sum().cast(pl.Float64),
+        invalid=C("n_invalid").fill_null(0).sum().cast(pl.Float64),
+        tokens=C("n_tokens").sum().cast(pl.Float64),
+    )
     e = feats.episodes.join(per_ep, on="_ep", how="left")
     version = pl.Series(names).gather(e.get_column("_v").fill_null(len(names) - 1))
     episode = C("_ep").cast(pl.String)
     return e.select(
-        version=version, session=C("session_id").fill_null(pl.lit("#") + episode), episode=episode,
-        order=C("_ep").cast(pl.Int64), start="start", samples=C("n_samples").cast(pl.Float64), timed="timed",
-        latency="latency", invalid="invalid", tokens="tokens", proposed=C("lines_proposed").cast(pl.Float64),
-        surviving=C("lines_surviving").cast(pl.Float64), asked="asked", edited="edited", followup="followup",
-        score="score", feedback_sum=pl.lit(0.0), feedback_n=pl.lit(0.0), tests_passed="tests_passed",
-    )  # fmt: skip
+        version=version,
+        session=C("session_id").fill_null(pl.lit("#") + episode),
+        episode=episode,
+        order=C("_ep").cast(pl.Int64),
+        start="start",
+        samples=C("n_samples").cast(pl.Float64),
+        timed="timed",
+        latency="latency",
+        invalid="invalid",
+        tokens="tokens",
+        proposed=C("lines_proposed").cast(pl.Float64),
+        surviving=C("lines_surviving").cast(pl.Float64),
+        asked="asked",
+        edited="edited",
+        followup="followup",
+        score="score",
+        feedback_sum=pl.lit(0.0),
+        feedback_n=pl.lit(0.0),
+        tests_passed="tests_passed",
+    )
 
 
-def compare(metrics: dict[str, dict[str, Any]], abs_thr: float, rel_thr: float,
-            min_episodes: int) -> tuple[list[dict], list[dict]]:  # fmt: skip
+def compare(
+    metrics: dict[str, dict[str, Any]], abs_thr: float, rel_thr: float, min_episodes: int
+) -> tuple[list[dict], list[dict]]:
     """Warnings for every rate that moved between consecutive versions, and the named hacks."""
     versions = [v for v, m in metrics.items() if (m.get("episodes") or 0) >= min_episodes]
     warnings, hacks = [], []
@@ -123,16 +163,36 @@ def compare(metrics: dict[str, dict[str, Any]], abs_thr: float, rel_thr: float,
                 moved[name] = change
                 warnings.append(_warning(name, old, new, x, y, change, rel))
         if moved.get("invalid_tool_call_rate", 0) > 0:
-            hacks.append(_hack("invalid_tool_calls", old, new, a, b, (
-                f"possible reward hack: {new} emits invalid tool calls on {_pct(b['invalid_tool_call_rate'])} "
-                f"of samples ({old}: {_pct(a['invalid_tool_call_rate'])}); broken calls on tasks it expects to fail?"
-            ), ("invalid_tool_call_rate", "invalid_rate_failed", "invalid_rate_other")))  # fmt: skip
+            hacks.append(
+                _hack(
+                    "invalid_tool_calls",
+                    old,
+                    new,
+                    a,
+                    b,
+                    (
+                        f"possible reward hack: {new} emits invalid tool calls on {_pct(b['invalid_tool_call_rate'])} "
+                        f"of samples ({old}: {_pct(a['invalid_tool_call_rate'])}); broken calls on tasks it expects to fail?"
+                    ),
+                    ("invalid_tool_call_rate", "invalid_rate_failed", "invalid_rate_other"),
+                )
+            )
         if moved.get("clarification_rate", 0) > 0 and (b.get("edit_rate") or 0) < (a.get("edit_rate") or 0):
-            hacks.append(_hack("clarify_instead_of_edit", old, new, a, b, (
-                f"possible reward hack: {new} asks clarifying questions in {_pct(b['clarification_rate'])} of "
-                f"episodes ({old}: {_pct(a['clarification_rate'])}) and edits in {_pct(b['edit_rate'])} "
-                f"({old}: {_pct(a['edit_rate'])}); asking instead of editing?"
-            ), ("clarification_rate", "edit_rate")))  # fmt: skip
+            hacks.append(
+                _hack(
+                    "clarify_instead_of_edit",
+                    old,
+                    new,
+                    a,
+                    b,
+                    (
+                        f"possible reward hack: {new} asks clarifying questions in {_pct(b['clarification_rate'])} of "
+                        f"episodes ({old}: {_pct(a['clarification_rate'])}) and edits in {_pct(b['edit_rate'])} "
+                        f"({old}: {_pct(a['edit_rate'])}); asking instead of editing?"
+                    ),
+                    ("clarification_rate", "edit_rate"),
+                )
+            )
     return warnings, hacks
 
 
@@ -141,8 +201,10 @@ def _warning(name, old, new, x, y, change, rel) -> dict:
         text = f"{name} {'rose' if change > 0 else 'fell'} from {x:,.0f} ({old}) to {y:,.0f} ({new}): {rel:+.0%}"
     else:
         rel_text = f"{rel if change > 0 else -rel:+.0%}" if np.isfinite(rel) else "from 0"
-        text = (f"{name} {'rose' if change > 0 else 'fell'} from {_pct(x)} ({old}) to {_pct(y)} ({new}): "
-                f"{change * 100:+.1f} points ({rel_text})")  # fmt: skip
+        text = (
+            f"{name} {'rose' if change > 0 else 'fell'} from {_pct(x)} ({old}) to {_pct(y)} ({new}): "
+            f"{change * 100:+.1f} points ({rel_text})"
+        )
     return {"metric": name, "from": old, "to": new, "old": x, "new": y, "change": _round(change), "message": text}
 
 

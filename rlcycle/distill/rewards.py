@@ -52,8 +52,7 @@ class Rewards:
     notes: list[str] = field(default_factory=list)
 
 
-def compute(samples: pl.DataFrame, episodes: pl.DataFrame, table: pa.Table, spec: RewardSpec,
-            credit: str) -> Rewards:  # fmt: skip
+def compute(samples: pl.DataFrame, episodes: pl.DataFrame, table: pa.Table, spec: RewardSpec, credit: str) -> Rewards:
     """Every signal's part and the reward of every sample (module docstring)."""
     exprs = []
     ep = samples.get_column("_ep")
@@ -137,7 +136,9 @@ def cap_scales(mass: dict[str, float], caps: dict[str, float]) -> tuple[dict[str
     whole = sum(mass[n] for n in capped)
     scale = {n: (caps[n] / cap_sum * whole / mass[n] if n in capped else 1.0) for n in mass}
     names = ", ".join(sorted(capped))
-    return scale, [f"caps of {names} (sum {cap_sum:g}) cannot all hold: they carry all the reward, shares set in proportion to the caps"]
+    return scale, [
+        f"caps of {names} (sum {cap_sum:g}) cannot all hold: they carry all the reward, shares set in proportion to the caps"
+    ]
 
 
 def _custom_values(s: SignalSpec, table: pa.Table, n: int) -> pl.Series:

@@ -91,7 +91,9 @@ class RewardSpec:
 
     def digest(self) -> str:
         """A content hash of the resolved spec (recorded in the output's metadata)."""
-        body = json.dumps({"signals": [asdict(s) for s in self.signals], "distill": self.distill}, sort_keys=True, default=str)
+        body = json.dumps(
+            {"signals": [asdict(s) for s in self.signals], "distill": self.distill}, sort_keys=True, default=str
+        )
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
@@ -191,7 +193,9 @@ def _custom_spec(name: str, table: dict[str, Any], problems: list[str]) -> Signa
     if columns is not None and not (isinstance(columns, list) and all(isinstance(c, str) for c in columns)):
         problems.append("columns: expected a list of column names")
         columns = None
-    spec = SignalSpec(name, weight=1.0, scope=scope, params=params, fn=fn if isinstance(fn, str) else None, columns=columns)
+    spec = SignalSpec(
+        name, weight=1.0, scope=scope, params=params, fn=fn if isinstance(fn, str) else None, columns=columns
+    )
     _common(spec, table, problems)
     return spec
 
@@ -214,7 +218,9 @@ def _common(spec: SignalSpec, table: dict[str, Any], problems: list[str]) -> Non
     if "cap" in table:
         cap = table["cap"]
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not (0 < cap <= 1):
-            problems.append(f"cap={cap!r}: must be a share of the total in (0, 1] (negative or zero caps make no sense)")
+            problems.append(
+                f"cap={cap!r}: must be a share of the total in (0, 1] (negative or zero caps make no sense)"
+            )
         else:
             spec.cap = float(cap)
     if "credit" in table:

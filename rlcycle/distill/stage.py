@@ -58,30 +58,50 @@ REASONS = ("", "no_completion", "discarded_invalid", "no_group", "flat_group")  
 
 @dataclass
 class DistillConfig:
-    credit: str = cfg("all", help="Which samples carry an episode signal: all (every turn) or final (the last turn); a signal's own `credit` wins.")
-    normalization: str = cfg("loo", help="Advantage within a group: loo (minus the mean of the others), mean_std (GRPO), dr_grpo (minus the mean).")
-    group_keys: list[str] = cfg(["prompt", "batch"], help="Baseline group sources, in order: prompt, a trajectory column (e.g. repo), batch.")
+    credit: str = cfg(
+        "all",
+        help="Which samples carry an episode signal: all (every turn) or final (the last turn); a signal's own `credit` wins.",
+    )
+    normalization: str = cfg(
+        "loo",
+        help="Advantage within a group: loo (minus the mean of the others), mean_std (GRPO), dr_grpo (minus the mean).",
+    )
+    group_keys: list[str] = cfg(
+        ["prompt", "batch"], help="Baseline group sources, in order: prompt, a trajectory column (e.g. repo), batch."
+    )
     min_group_size: int = cfg(2, help="Episodes a group needs before it is used (fewer: the next source).")
     std_eps: float = cfg(1e-4, help="Added to the group std under mean_std.")
     exclude_flat_groups: bool = cfg(True, help="Exclude (weight 0) samples of groups whose rewards are all equal.")
     flat_tol: float = cfg(1e-6, help="Rewards closer than this count as equal (flat groups).")
-    edit_tools: list[str] = cfg(["write_file", "apply_patch", "replace_in_file"], help="Tool names whose ok calls are edits.")
+    edit_tools: list[str] = cfg(
+        ["write_file", "apply_patch", "replace_in_file"], help="Tool names whose ok calls are edits."
+    )
     clarify_tools: list[str] = cfg(["ask_user"], help="Tool names that ask the user a clarifying question.")
-    success_persistence: float = cfg(0.5, help="Edit persistence from which an episode's edits count as success (below: failure).")
+    success_persistence: float = cfg(
+        0.5, help="Edit persistence from which an episode's edits count as success (below: failure)."
+    )
     monitor_abs: float = cfg(0.01, help="A rate moved between versions when it changed by at least this (absolute) ...")
     monitor_rel: float = cfg(0.25, help="... and by at least this share of its old value.")
     monitor_min_episodes: int = cfg(20, help="Versions with fewer episodes are reported but not compared.")
     # Experiment switches (rlcycle/closed_loop.py's arms; docs/closed_loop.md). Off in production.
-    permute_rewards: bool = cfg(False, help="Control arm: shuffle reward and reward_parts (together) among the samples that have a completion, before advantages: the same rewards, no link to behaviour.")
+    permute_rewards: bool = cfg(
+        False,
+        help="Control arm: shuffle reward and reward_parts (together) among the samples that have a completion, before advantages: the same rewards, no link to behaviour.",
+    )
     permute_seed: int = cfg(0, help="Seed of the permute_rewards shuffle (same seed and input, same shuffle).")
-    discard_invalid: bool = cfg(False, help="Naive arm (the seed's first reward hack): exclude samples with an invalid tool call (`discarded_invalid`, weight 0, in no baseline) instead of penalising them.")
+    discard_invalid: bool = cfg(
+        False,
+        help="Naive arm (the seed's first reward hack): exclude samples with an invalid tool call (`discarded_invalid`, weight 0, in no baseline) instead of penalising them.",
+    )
 
     def validate(self) -> list[str]:
         problems = []
         if self.credit not in CREDITS:
             problems.append(f"credit={self.credit!r}: expected one of {', '.join(CREDITS)}")
         if self.normalization not in advantages.NORMALIZATIONS:
-            problems.append(f"normalization={self.normalization!r}: expected one of {', '.join(advantages.NORMALIZATIONS)}")
+            problems.append(
+                f"normalization={self.normalization!r}: expected one of {', '.join(advantages.NORMALIZATIONS)}"
+            )
         if not self.group_keys:
             problems.append("group_keys is empty: name at least one source (prompt, a column, batch)")
         if "batch" in self.group_keys[:-1]:
@@ -129,8 +149,14 @@ def default_report_path(out: str) -> str:
 # --- the stage ---------------------------------------------------------------------------------
 
 
-def run(config: DistillConfig, trajectories: str, out: str, spec: RewardSpec | None = None,
-        report: str | None = None, quiet: bool = False) -> DistillResult:  # fmt: skip
+def run(
+    config: DistillConfig,
+    trajectories: str,
+    out: str,
+    spec: RewardSpec | None = None,
+    report: str | None = None,
+    quiet: bool = False,
+) -> DistillResult:
     """Distill `trajectories` (path or `-`) into examples at `out` (path or `-`).
 
     The report goes to `report` (default: beside `out`); warnings and named reward hacks also
@@ -140,9 +166,15 @@ def run(config: DistillConfig, trajectories: str, out: str, spec: RewardSpec | N
     spec = spec or default_spec()
     rio.format_for_output(out)  # a bad extension fails before any work
     table = _read(trajectories, config)
-    result = DistillResult(output=out, report=report or default_report_path(out), rows=table.num_rows,
-                           normalization=config.normalization, credit=config.credit,
-                           spec={**spec.as_dict(), "digest": spec.digest()}, config=asdict(config))  # fmt: skip
+    result = DistillResult(
+        output=out,
+        report=report or default_report_path(out),
+        rows=table.num_rows,
+        normalization=config.normalization,
+        credit=config.credit,
+        spec={**spec.as_dict(), "digest": spec.digest()},
+        config=asdict(config),
+    )
     feats = features.build(table, spec, config)
     rw = rewards.compute(feats.samples, feats.episodes, table, spec, config.credit)
     s = feats.samples
@@ -154,10 +186,13 @@ def run(config: DistillConfig, trajectories: str, out: str, spec: RewardSpec | N
     discarded = invalid & config.discard_invalid & ~no_completion
     if config.permute_rewards:
         permute_rewards(rw, ~no_completion, config.permute_seed)
-        result.notes.append(f"permute_rewards: rewards shuffled among {int((~no_completion).sum()):,} samples "
-                            f"(seed {config.permute_seed}): a control run, not a training run")  # fmt: skip
-    adv = advantages.compute(rw.reward, group, ~no_completion & ~discarded, config.normalization, config.std_eps,
-                             config.flat_tol)  # fmt: skip
+        result.notes.append(
+            f"permute_rewards: rewards shuffled among {int((~no_completion).sum()):,} samples "
+            f"(seed {config.permute_seed}): a control run, not a training run"
+        )
+    adv = advantages.compute(
+        rw.reward, group, ~no_completion & ~discarded, config.normalization, config.std_eps, config.flat_tol
+    )
     reason = _exclusions(no_completion, discarded, group, adv, invalid, config)
     counts = np.bincount(reason, minlength=len(REASONS))
     result.episodes = feats.episodes.height
@@ -199,7 +234,9 @@ def _read(path: str, config: DistillConfig) -> pa.Table:
     if table.column("episode_id").null_count:  # episodes are what the rewards are about
         problems.append(f"{source}: episode_id is null in {table.column('episode_id').null_count:,} row(s)")
     if problems:
-        raise InputError("; ".join(problems), hint="`rlcycle inspect` the input; group keys are prompt, batch or a column")
+        raise InputError(
+            "; ".join(problems), hint="`rlcycle inspect` the input; group keys are prompt, batch or a column"
+        )
     # Re-distilling an examples file would stack a second set of outputs: refuse the ambiguity.
     clash = [c for c in OUTPUT_COLUMNS if c in table.column_names]
     if clash:
@@ -241,9 +278,7 @@ def permute_rewards(rw: rewards.Rewards, rows: np.ndarray, seed: int) -> None:
 
 def _output_columns(spec, rw, groups, group, advantage, reason) -> dict[str, pa.Array]:
     excluded = reason > 0
-    parts = pa.StructArray.from_arrays(
-        [pa.array(rw.parts[n], pa.float32()) for n in spec.names()], names=spec.names()
-    )
+    parts = pa.StructArray.from_arrays([pa.array(rw.parts[n], pa.float32()) for n in spec.names()], names=spec.names())
     # Dictionary arrays (small integer codes + the distinct labels), cast to plain strings.
     labels = groups.labels.to_arrow().cast(pa.string()) if len(groups.labels) else pa.array([""])
     gk = pa.DictionaryArray.from_arrays(pa.array(np.maximum(group, 0).astype(np.int32), mask=group < 0), labels)
@@ -264,12 +299,14 @@ def _write(table: pa.Table, columns: dict[str, pa.Array], out: str, spec: Reward
         table = table.append_column(name, arr)
     table = conform(table, EXAMPLES)
     meta = dict(table.schema.metadata or {})
-    meta.update({
-        b"rlcycle.normalization": config.normalization.encode(),
-        b"rlcycle.credit": config.credit.encode(),
-        b"rlcycle.reward_signals": ",".join(spec.names()).encode(),
-        b"rlcycle.reward_spec": spec.digest().encode(),
-    })  # fmt: skip
+    meta.update(
+        {
+            b"rlcycle.normalization": config.normalization.encode(),
+            b"rlcycle.credit": config.credit.encode(),
+            b"rlcycle.reward_signals": ",".join(spec.names()).encode(),
+            b"rlcycle.reward_spec": spec.digest().encode(),
+        }
+    )
     table = table.replace_schema_metadata(meta)
     with rio.ArtifactWriter(out, table.schema) as writer:
         writer.write(table)
@@ -314,21 +351,23 @@ def _stats(x: np.ndarray) -> dict[str, float]:
     x = x[~np.isnan(x)]
     if not x.size:
         return {}
-    return {k: round(float(v), 6) for k, v in
-            (("mean", x.mean()), ("std", x.std()), ("min", x.min()), ("max", x.max()))}  # fmt: skip
+    return {
+        k: round(float(v), 6) for k, v in (("mean", x.mean()), ("std", x.std()), ("min", x.min()), ("max", x.max()))
+    }
 
 
 def format_summary(r: DistillResult) -> str:
     """The human summary on stderr."""
     lines = [
         f"distill: {r.rows:,} samples in {r.episodes:,} episodes in {r.seconds:.1f}s -> {r.output}",
-        f"  included       {r.included:,}; excluded " + (", ".join(f"{k}={v:,}" for k, v in r.excluded.items()) or "none"),
+        f"  included       {r.included:,}; excluded "
+        + (", ".join(f"{k}={v:,}" for k, v in r.excluded.items()) or "none"),
         f"  groups         {r.groups['count']:,} ({', '.join(f'{k}={v:,}' for k, v in r.groups['by_source'].items())}); "
         f"{r.groups['flat']:,} flat ({r.groups['singletons']:,} of one sample)",
         f"  advantages     {r.normalization}, credit={r.credit}; reward mean {r.reward.get('mean', 0):+.4f} "
         f"std {r.reward.get('std', 0):.4f}",
         "  signals        share (cap)  coverage",
-    ]  # fmt: skip
+    ]
     for name, s in r.signals.items():
         capped = f" scaled x{s['cap_scale']:.3f}" if s["cap_scale"] != 1 else ""
         lines.append(f"    {name:22s} {s['share'] * 100:5.1f}% ({s['cap'] * 100:3.0f}%) {s['coverage']:>9,}{capped}")

@@ -42,19 +42,26 @@ class EvalConfig(GateConfig, RolloutConfig):
     docs/scale.md), plus these."""
 
     attempts: int = cfg(2, help="Attempts per task and policy (k for pass@k is at most this).")
-    sandboxes: int = cfg(4, help="Sandboxes in the pool (tasks run concurrently over them); with executor=ray: per worker.")
+    sandboxes: int = cfg(
+        4, help="Sandboxes in the pool (tasks run concurrently over them); with executor=ray: per worker."
+    )
     max_turns: int = cfg(8, help="Model calls per episode at most.")
     max_new_tokens: int = cfg(256, help="Tokens per model call at most.")
     temperature: float = cfg(1.0, help="Sampling temperature of both policies.")
     retries: int = cfg(1, help="Retries of an episode whose sandbox broke before it counts as error.")
     tokenizer: str | None = cfg(None, help="Tokenizer for scripted policies (default: sample_data/tokenizer).")
-    max_tasks: int | None = cfg(None, help="Evaluate at most this many tasks, taken round-robin over clusters (none = all).")
+    max_tasks: int | None = cfg(
+        None, help="Evaluate at most this many tasks, taken round-robin over clusters (none = all)."
+    )
     # On here, off in simulate: reused keys/values equal a fresh prefill up to float rounding,
     # so logprobs move by ~1e-6 but the sampled ids, and so every eval row, stay the same
     # (tests/test_rollout.py checks both, greedy and seeded); simulate's events carry logprobs.
-    prefix_cache_tokens: int = cfg(16384, help="Prefix KV cache budget (tokens) of each checkpoint run in-process: a "
-                                               "turn reuses the keys/values of earlier prompts (rlcycle/policy/prefix.py); "
-                                               "0 = off. Servers keep their own cache.")
+    prefix_cache_tokens: int = cfg(
+        16384,
+        help="Prefix KV cache budget (tokens) of each checkpoint run in-process: a "
+        "turn reuses the keys/values of earlier prompts (rlcycle/policy/prefix.py); "
+        "0 = off. Servers keep their own cache.",
+    )
 
     def validate(self) -> list[str]:
         problems = GateConfig.validate(self) + RolloutConfig.validate(self)
@@ -88,19 +95,27 @@ def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path
 
     problems = config.validate()
     if problems:
-        raise InputError(f"{len(problems)} problem(s) in the EvalConfig:\n  " + "\n  ".join(problems),
-                         hint="fix the values above (defaults < --config < --set < flags)")
+        raise InputError(
+            f"{len(problems)} problem(s) in the EvalConfig:\n  " + "\n  ".join(problems),
+            hint="fix the values above (defaults < --config < --set < flags)",
+        )
     started = time.monotonic()
     out = Path(out)
     if out.suffix not in (".arrow", ".parquet"):
-        raise InputError(f"-o {out}: expected an .arrow or .parquet path for the eval results",
-                         hint="e.g. -o runs/c1/eval/eval_results.arrow")
+        raise InputError(
+            f"-o {out}: expected an .arrow or .parquet path for the eval results",
+            hint="e.g. -o runs/c1/eval/eval_results.arrow",
+        )
     tasks = pick_tasks(_load_suite(tasks_dir), config.max_tasks)
     if not tasks:
         raise InputError(f"{tasks_dir}: no tasks", hint="`rlcycle tasks ls DIR` lists a suite")
-    runner = RunnerConfig(max_turns=config.max_turns, max_new_tokens=config.max_new_tokens,
-                          temperature=config.temperature, retries=config.retries,
-                          concurrency=config.sandboxes)  # fmt: skip
+    runner = RunnerConfig(
+        max_turns=config.max_turns,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        retries=config.retries,
+        concurrency=config.sandboxes,
+    )
     cand = _policy(candidate, config)
     base = _policy(baseline, config)
     cand_name, base_name = f"candidate:{cand.name}", f"baseline:{base.name}"
@@ -117,8 +132,12 @@ def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path
             # ABBA order (candidate, baseline on one half of the tasks; baseline, candidate on
             # the other): a machine that gets slower or faster during the run biases neither.
             halves = (tasks[0::2], tasks[1::2])
-            plan = [(cand, cand_name, halves[0]), (base, base_name, halves[0]),
-                    (base, base_name, halves[1]), (cand, cand_name, halves[1])]  # fmt: skip
+            plan = [
+                (cand, cand_name, halves[0]),
+                (base, base_name, halves[0]),
+                (base, base_name, halves[1]),
+                (cand, cand_name, halves[1]),
+            ]
             for p, name, part in plan:
                 if part:
                     episodes += ex.run(p.spec, name, part, runner, attempts=config.attempts, seed=config.seed)
@@ -128,12 +147,17 @@ def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path
                 p.spec.policy.close()
     table = _rows(episodes)
     verdict = decide_from_table(table, cand_name, base_name, config)
-    verdict.update({
-        "candidate_ref": candidate, "candidate_id": cand.checkpoint_id,
-        "baseline_ref": baseline, "baseline_id": base.checkpoint_id,
-        "tasks_dir": str(tasks_dir), "config": dataclasses.asdict(config),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    })  # fmt: skip
+    verdict.update(
+        {
+            "candidate_ref": candidate,
+            "candidate_id": cand.checkpoint_id,
+            "baseline_ref": baseline,
+            "baseline_id": base.checkpoint_id,
+            "tasks_dir": str(tasks_dir),
+            "config": dataclasses.asdict(config),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+    )
     verdict_path = out.parent / "verdict.json"
     rio.write_table(table, out)
     rio.atomic_write_text(verdict_path, json.dumps(verdict, indent=2, default=str) + "\n")
@@ -206,7 +230,9 @@ def verdict_table(v: dict[str, Any]) -> Any:
         ci = v["paired"]["pass_rate_diff"]
         t.add_row("pass rate diff (95% CI)", f"{ci['estimate']:+.3f} [{ci['low']:+.3f}, {ci['high']:+.3f}]", "")
     for g in v["gates"]:
-        t.add_row(f"gate {g['name']}", f"{_fmt(g['value'])} vs {_fmt(g['threshold'])}", "pass" if g["passed"] else "FAIL")
+        t.add_row(
+            f"gate {g['name']}", f"{_fmt(g['value'])} vs {_fmt(g['threshold'])}", "pass" if g["passed"] else "FAIL"
+        )
     return t
 
 

@@ -41,16 +41,29 @@ class GateConfig:
     max_clarification_rate_increase: float = cfg(0.10, help="Largest allowed rise of the clarification rate.")
     max_edit_rate_decrease: float = cfg(0.10, help="Largest allowed fall of the edit rate.")
     max_latency_ratio: float = cfg(1.10, help="Candidate mean latency / baseline mean latency, at most.")
-    latency_budget_ms: float | None = cfg(None, help="Absolute cap on the candidate's mean latency per model call (ms).")
-    latency_noise_ms: float = cfg(20.0, help="Latency differences per model call below this pass the ratio gate (timer noise).")
+    latency_budget_ms: float | None = cfg(
+        None, help="Absolute cap on the candidate's mean latency per model call (ms)."
+    )
+    latency_noise_ms: float = cfg(
+        20.0, help="Latency differences per model call below this pass the ratio gate (timer noise)."
+    )
     min_paired_tasks: int = cfg(5, help="Fewer cleanly paired tasks than this gives no verdict.")
     k: int = cfg(1, help="k for pass@k and pass^k (at most the attempts per task).")
 
     def validate(self) -> list[str]:
         problems = []
         check_range(problems, self, "level", ge=0.5, lt=1)
-        check_range(problems, self, ("max_pass_rate_drop", "max_invalid_rate_increase",
-                                     "max_clarification_rate_increase", "max_edit_rate_decrease"), ge=0)
+        check_range(
+            problems,
+            self,
+            (
+                "max_pass_rate_drop",
+                "max_invalid_rate_increase",
+                "max_clarification_rate_increase",
+                "max_edit_rate_decrease",
+            ),
+            ge=0,
+        )
         check_range(problems, self, "max_latency_ratio", gt=0)
         check_range(problems, self, "k", ge=1)
         return problems
@@ -90,7 +103,9 @@ def _paired(results: pl.DataFrame, candidate: str, baseline: str):
     rates: dict[str, dict[str, float]] = defaultdict(dict)
     clusters: dict[str, str] = {}
     outcomes: dict[tuple[str, str, int], bool] = {}
-    for task, cluster, policy, attempt, status in ok.select("task_id", "cluster", "policy", "attempt", "status").iter_rows():
+    for task, cluster, policy, attempt, status in ok.select(
+        "task_id", "cluster", "policy", "attempt", "status"
+    ).iter_rows():
         outcomes[(policy, task, attempt)] = status == "pass"
         clusters[task] = cluster
     per = ok.group_by("task_id", "policy").agg((pl.col("status") == "pass").mean().alias("rate"))
@@ -106,7 +121,14 @@ def _paired(results: pl.DataFrame, candidate: str, baseline: str):
 
 
 def _gate(name: str, metric: str, value: float, threshold: float, ok: bool, detail: str = "") -> dict[str, Any]:
-    return {"name": name, "metric": metric, "value": value, "threshold": threshold, "passed": bool(ok), "detail": detail}
+    return {
+        "name": name,
+        "metric": metric,
+        "value": value,
+        "threshold": threshold,
+        "passed": bool(ok),
+        "detail": detail,
+    }
 
 
 def decide(results: pl.DataFrame, candidate: str, baseline: str, gates: GateConfig) -> dict[str, Any]:
@@ -128,28 +150,66 @@ def decide(results: pl.DataFrame, candidate: str, baseline: str, gates: GateConf
         return verdict
     ci = stats.paired_cluster_bootstrap(diffs, clusters, gates.bootstrap_samples, gates.level, gates.seed)
     mc = stats.mcnemar_exact(pairs)
-    verdict["paired"] = {"pass_rate_diff": ci.as_dict(), "mcnemar": mc.__dict__, "clusters": len(set(clusters[t] for t in diffs))}
+    verdict["paired"] = {
+        "pass_rate_diff": ci.as_dict(),
+        "mcnemar": mc.__dict__,
+        "clusters": len(set(clusters[t] for t in diffs)),
+    }
     alpha = 1 - gates.level
     significant_loss = mc.p_value < alpha and mc.baseline_only > mc.candidate_only
     g = [
-        _gate("pass_rate", "upper CI of paired pass-rate difference", ci.high, -gates.max_pass_rate_drop,
-              ci.high >= -gates.max_pass_rate_drop and not significant_loss,
-              f"diff {ci.estimate:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}], McNemar p={mc.p_value:.3g}"),
-        _gate("invalid_tool_call_rate", "candidate - baseline", cand["invalid_tool_call_rate"] - base["invalid_tool_call_rate"],
-              gates.max_invalid_rate_increase, cand["invalid_tool_call_rate"] - base["invalid_tool_call_rate"] <= gates.max_invalid_rate_increase),
-        _gate("clarification_rate", "candidate - baseline", cand["clarification_rate"] - base["clarification_rate"],
-              gates.max_clarification_rate_increase, cand["clarification_rate"] - base["clarification_rate"] <= gates.max_clarification_rate_increase),
-        _gate("edit_rate", "baseline - candidate", base["edit_rate"] - cand["edit_rate"],
-              gates.max_edit_rate_decrease, base["edit_rate"] - cand["edit_rate"] <= gates.max_edit_rate_decrease),
-    ]  # fmt: skip
+        _gate(
+            "pass_rate",
+            "upper CI of paired pass-rate difference",
+            ci.high,
+            -gates.max_pass_rate_drop,
+            ci.high >= -gates.max_pass_rate_drop and not significant_loss,
+            f"diff {ci.estimate:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}], McNemar p={mc.p_value:.3g}",
+        ),
+        _gate(
+            "invalid_tool_call_rate",
+            "candidate - baseline",
+            cand["invalid_tool_call_rate"] - base["invalid_tool_call_rate"],
+            gates.max_invalid_rate_increase,
+            cand["invalid_tool_call_rate"] - base["invalid_tool_call_rate"] <= gates.max_invalid_rate_increase,
+        ),
+        _gate(
+            "clarification_rate",
+            "candidate - baseline",
+            cand["clarification_rate"] - base["clarification_rate"],
+            gates.max_clarification_rate_increase,
+            cand["clarification_rate"] - base["clarification_rate"] <= gates.max_clarification_rate_increase,
+        ),
+        _gate(
+            "edit_rate",
+            "baseline - candidate",
+            base["edit_rate"] - cand["edit_rate"],
+            gates.max_edit_rate_decrease,
+            base["edit_rate"] - cand["edit_rate"] <= gates.max_edit_rate_decrease,
+        ),
+    ]
     c_lat, b_lat = cand["latency_per_call_ms"], base["latency_per_call_ms"]
     ratio = c_lat / b_lat if b_lat > 0 else 1.0
-    g.append(_gate("latency", "candidate / baseline latency per model call", ratio, gates.max_latency_ratio,
-                   ratio <= gates.max_latency_ratio or c_lat - b_lat <= gates.latency_noise_ms,
-                   f"{c_lat:.1f} ms vs {b_lat:.1f} ms per call"))  # fmt: skip
+    g.append(
+        _gate(
+            "latency",
+            "candidate / baseline latency per model call",
+            ratio,
+            gates.max_latency_ratio,
+            ratio <= gates.max_latency_ratio or c_lat - b_lat <= gates.latency_noise_ms,
+            f"{c_lat:.1f} ms vs {b_lat:.1f} ms per call",
+        )
+    )
     if gates.latency_budget_ms is not None:
-        g.append(_gate("latency_budget", "candidate latency per model call (ms)", c_lat, gates.latency_budget_ms,
-                       c_lat <= gates.latency_budget_ms))  # fmt: skip
+        g.append(
+            _gate(
+                "latency_budget",
+                "candidate latency per model call (ms)",
+                c_lat,
+                gates.latency_budget_ms,
+                c_lat <= gates.latency_budget_ms,
+            )
+        )
     verdict["gates"] = g
     verdict["decision"] = "accept" if all(x["passed"] for x in g) else "refuse"
     return verdict

@@ -47,10 +47,18 @@ LATE_TYPES = ("edit_outcome", "user_message", "feedback", "tool_result")
 MAX_ID_CHARS = 256
 
 
-def _error(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
-           headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
-                        status_code=status, headers=headers)
+def _error(
+    status: int,
+    message: str,
+    param: str | None = None,
+    kind: str = "invalid_request_error",
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}},
+        status_code=status,
+        headers=headers,
+    )
 
 
 @dataclass
@@ -155,8 +163,9 @@ class Gateway:
         self.requests += 1
         session, episode = self._ids(request, req)
         episode_id, turn = chat.episode_and_turn(req.messages, session, episode)
-        sample_id = "gw-" + (hashlib.sha256(key.encode()).hexdigest()[:24] if key and key.startswith("k:")
-                             else uuid.uuid4().hex[:24])
+        sample_id = "gw-" + (
+            hashlib.sha256(key.encode()).hexdigest()[:24] if key and key.startswith("k:") else uuid.uuid4().hex[:24]
+        )
         engine = self.models.acquire(session)
         try:
             renderer = engine.renderer(req.tools)
@@ -165,8 +174,19 @@ class Gateway:
             text, parsed = chat.parse_generation(renderer, gen, req.tools)
         finally:
             self.models.release(engine)
-        result = chat.Result(sample_id, sample_id, session, episode_id, turn, engine.checkpoint_id,
-                             engine.role, prompt, gen, text, parsed)
+        result = chat.Result(
+            sample_id,
+            sample_id,
+            session,
+            episode_id,
+            turn,
+            engine.checkpoint_id,
+            engine.role,
+            prompt,
+            gen,
+            text,
+            parsed,
+        )
         result.request_id = key[2:] if key and key.startswith("k:") else sample_id
         for i, c in enumerate(parsed.calls):
             if c.valid:
@@ -202,8 +222,11 @@ class Gateway:
             if not isinstance(ev, dict):
                 raise BadRequest(f"events[{i}] must be a JSON object", f"events[{i}]")
             if ev.get("type") not in LATE_TYPES:
-                raise BadRequest(f"events[{i}].type must be one of {', '.join(LATE_TYPES)} (completions are "
-                                 "logged by the gateway itself)", f"events[{i}].type")
+                raise BadRequest(
+                    f"events[{i}].type must be one of {', '.join(LATE_TYPES)} (completions are "
+                    "logged by the gateway itself)",
+                    f"events[{i}].type",
+                )
             ev.setdefault("event_id", f"gw-ev-{uuid.uuid4().hex}")
             ev.setdefault("ts", now)
             ev.setdefault("session_id", request.headers.get("x-session-id"))
@@ -212,8 +235,11 @@ class Gateway:
         if chunk.bad:
             b = chunk.bad[0]
             field_name = _field_of(b.reason)
-            raise BadRequest(f"events[{b.line - 1}]: {b.reason}",
-                             f"events[{b.line - 1}]" + (f".{field_name}" if field_name else ""), 422)
+            raise BadRequest(
+                f"events[{b.line - 1}]: {b.reason}",
+                f"events[{b.line - 1}]" + (f".{field_name}" if field_name else ""),
+                422,
+            )
         if self.log is not None:
             self.log.append(*items)
         return JSONResponse({"accepted": len(items), "event_ids": [ev["event_id"] for ev in items]})
@@ -225,8 +251,12 @@ class Gateway:
         @app.middleware("http")
         async def guard(request: Request, call_next):
             if request.url.path != "/health" and not self._authorised(request):
-                return _error(401, "missing or wrong API key (Authorization: Bearer KEY)",
-                              kind="authentication_error", headers={"WWW-Authenticate": "Bearer"})
+                return _error(
+                    401,
+                    "missing or wrong API key (Authorization: Bearer KEY)",
+                    kind="authentication_error",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
             return await call_next(request)
 
         @app.exception_handler(BadRequest)
@@ -245,9 +275,20 @@ class Gateway:
         @app.get("/v1/models")
         async def models() -> Response:
             info = self.models.describe()
-            return JSONResponse({"object": "list", "data": [
-                {"id": self.model_name, "object": "model", "owned_by": "rlcycle",
-                 "checkpoint_id": info["checkpoint_id"], "candidate_id": info["candidate_id"]}]})
+            return JSONResponse(
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": self.model_name,
+                            "object": "model",
+                            "owned_by": "rlcycle",
+                            "checkpoint_id": info["checkpoint_id"],
+                            "candidate_id": info["candidate_id"],
+                        }
+                    ],
+                }
+            )
 
         app.post("/v1/chat/completions")(self.chat_completions)
         app.post("/v1/rlcycle/events")(self.events)
@@ -258,9 +299,14 @@ class Gateway:
 
         @app.get("/v1/rlcycle/stats")
         async def stats() -> Response:
-            return JSONResponse({"requests": self.requests, "replayed": self.replayed,
-                                 "models": self.models.describe(),
-                                 "log": self.log.stats.as_dict() if self.log else None})
+            return JSONResponse(
+                {
+                    "requests": self.requests,
+                    "replayed": self.replayed,
+                    "models": self.models.describe(),
+                    "log": self.log.stats.as_dict() if self.log else None,
+                }
+            )
 
         return app
 

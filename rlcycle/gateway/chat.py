@@ -38,9 +38,15 @@ from rlcycle.policy.base import Generation, SamplingParams
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # Fields that must be neutral: anything else would change the distribution behind the logprobs.
 NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "top_k": (None, -1, 0), "min_p": (None, 0, 0.0), "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
-    "logit_bias": (None, {}), "stop": (None, [], ""), "n": (None, 1), "best_of": (None, 1),
+    "top_k": (None, -1, 0),
+    "min_p": (None, 0, 0.0),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "logit_bias": (None, {}),
+    "stop": (None, [], ""),
+    "n": (None, 1),
+    "best_of": (None, 1),
 }
 
 
@@ -76,12 +82,17 @@ def parse_request(body: Any, config: GatewayConfig, raw_text: dict[str, str]) ->
         raise BadRequest("the body must be a JSON object")
     for key, ok in NEUTRAL.items():
         if key in body and body[key] not in ok:
-            raise BadRequest(f"{key}={json.dumps(body[key])[:80]} is not supported: it would change the "
-                             "sampling distribution behind the logged logprobs", key)
+            raise BadRequest(
+                f"{key}={json.dumps(body[key])[:80]} is not supported: it would change the "
+                "sampling distribution behind the logged logprobs",
+                key,
+            )
     fmt = body.get("response_format")
     if fmt not in (None, {"type": "text"}):
-        raise BadRequest("response_format other than text is not supported (constrained decoding "
-                         "changes the sampling distribution)", "response_format")
+        raise BadRequest(
+            "response_format other than text is not supported (constrained decoding changes the sampling distribution)",
+            "response_format",
+        )
     tools = _tools(body.get("tools"), body.get("tool_choice"))
     messages = _messages(body.get("messages"), raw_text)
     if config.redact and config.redact_inputs:
@@ -97,9 +108,16 @@ def parse_request(body: Any, config: GatewayConfig, raw_text: dict[str, str]) ->
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise BadRequest("metadata must be an object of strings", "metadata")
     model = body.get("model")
-    return ChatRequest(messages, tools, params, sampling, stream=bool(body.get("stream")),
-                       include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
-                       model=model if isinstance(model, str) else None, metadata=meta)
+    return ChatRequest(
+        messages,
+        tools,
+        params,
+        sampling,
+        stream=bool(body.get("stream")),
+        include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
+        model=model if isinstance(model, str) else None,
+        metadata=meta,
+    )
 
 
 def _params(body: dict[str, Any], config: GatewayConfig) -> tuple[SamplingParams, dict[str, Any]]:
@@ -114,9 +132,12 @@ def _params(body: dict[str, Any], config: GatewayConfig) -> tuple[SamplingParams
     temperature = num("temperature", 1.0, 0.0, 2.0)
     top_p = num("top_p", 1.0, 1e-6, 1.0)
     if top_p < 1 and temperature > 0 and not config.allow_truncated_sampling:
-        raise BadRequest("top_p < 1 is refused: the returned logprobs would be those of the truncated "
-                         "distribution while train scores the full vocabulary (start the gateway with "
-                         "--set allow_truncated_sampling=true to accept it)", "top_p")
+        raise BadRequest(
+            "top_p < 1 is refused: the returned logprobs would be those of the truncated "
+            "distribution while train scores the full vocabulary (start the gateway with "
+            "--set allow_truncated_sampling=true to accept it)",
+            "top_p",
+        )
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     mt = body.get(key)
     if mt is None:
@@ -129,15 +150,24 @@ def _params(body: dict[str, Any], config: GatewayConfig) -> tuple[SamplingParams
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise BadRequest("seed must be an integer", "seed")
     params = SamplingParams(max_new_tokens=mt, temperature=temperature, top_p=top_p, seed=seed)
-    sampling = {"temperature": temperature, "top_p": top_p, "top_k": None, "seed": seed,
-                "max_tokens": mt, "truncated": top_p < 1 and temperature > 0}
+    sampling = {
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": None,
+        "seed": seed,
+        "max_tokens": mt,
+        "truncated": top_p < 1 and temperature > 0,
+    }
     return params, sampling
 
 
 def _tools(tools: Any, choice: Any) -> tuple[ToolSpec, ...]:
     if choice not in (None, "auto", "none"):
-        raise BadRequest("tool_choice must be 'auto' or 'none' (forcing a call needs constrained "
-                         "decoding, which changes the sampling distribution)", "tool_choice")
+        raise BadRequest(
+            "tool_choice must be 'auto' or 'none' (forcing a call needs constrained "
+            "decoding, which changes the sampling distribution)",
+            "tool_choice",
+        )
     if tools is None or choice == "none":
         return ()
     if not isinstance(tools, list):
@@ -146,19 +176,22 @@ def _tools(tools: Any, choice: Any) -> tuple[ToolSpec, ...]:
     for i, t in enumerate(tools):
         f = t.get("function") if isinstance(t, dict) and t.get("type", "function") == "function" else None
         if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not f["name"]:
-            raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
-                             f"tools[{i}]")
+            raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}", f"tools[{i}]")
         p = f.get("parameters") or {}
         props = p.get("properties") or {} if isinstance(p, dict) else None
         if not isinstance(props, dict):
-            raise BadRequest(f"tools[{i}].function.parameters.properties must be an object",
-                             f"tools[{i}].function.parameters")
+            raise BadRequest(
+                f"tools[{i}].function.parameters.properties must be an object", f"tools[{i}].function.parameters"
+            )
         # The strict parser checks a string JSON type; anything richer is accepted as any value.
-        clean = {k: {kk: vv for kk, vv in (v if isinstance(v, dict) else {}).items()
-                     if kk != "type" or isinstance(vv, str)} for k, v in props.items()}
+        clean = {
+            k: {kk: vv for kk, vv in (v if isinstance(v, dict) else {}).items() if kk != "type" or isinstance(vv, str)}
+            for k, v in props.items()
+        }
         req = p.get("required") or ()
-        specs.append(ToolSpec(f["name"], str(f.get("description") or ""), clean,
-                              tuple(r for r in req if isinstance(r, str))))
+        specs.append(
+            ToolSpec(f["name"], str(f.get("description") or ""), clean, tuple(r for r in req if isinstance(r, str)))
+        )
     return tuple(specs)
 
 
@@ -223,8 +256,9 @@ def render_prompt(renderer: ChatRenderer, req: ChatRequest, cap: int) -> list[in
     except Exception as e:  # a Jinja template error on these messages
         raise BadRequest(f"the chat template cannot render these messages: {e}", "messages") from None
     if len(ids) > cap:
-        raise BadRequest(f"the prompt renders to {len(ids)} tokens, over this gateway's cap {cap}",
-                         "messages", status=400)
+        raise BadRequest(
+            f"the prompt renders to {len(ids)} tokens, over this gateway's cap {cap}", "messages", status=400
+        )
     return ids
 
 
@@ -252,18 +286,24 @@ class Result:
         return f"{self.sample_id}-c{i}"
 
     def headers(self) -> dict[str, str]:
-        return {"X-Session-Id": self.session_id, "X-Episode-Id": self.episode_id,
-                "X-Sample-Id": self.sample_id, "X-Checkpoint-Id": self.checkpoint_id,
-                "X-Request-Id": self.request_id}
+        return {
+            "X-Session-Id": self.session_id,
+            "X-Episode-Id": self.episode_id,
+            "X-Sample-Id": self.sample_id,
+            "X-Checkpoint-Id": self.checkpoint_id,
+            "X-Request-Id": self.request_id,
+        }
 
     def message(self) -> tuple[str | None, list[dict[str, Any]], str]:
         """(content, tool_calls, finish_reason): valid calls lifted out, invalid ones left as text."""
         calls = [(i, c) for i, c in enumerate(self.parsed.calls) if c.valid]
         content = self.text
         for _, c in sorted(calls, key=lambda ic: -ic[1].span[0]):
-            content = content[: c.span[0]] + content[c.span[1]:]
-        tool_calls = [{"id": self.call_id(i), "type": "function",
-                       "function": {"name": c.name, "arguments": c.arguments_json}} for i, c in calls]
+            content = content[: c.span[0]] + content[c.span[1] :]
+        tool_calls = [
+            {"id": self.call_id(i), "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+            for i, c in calls
+        ]
         if tool_calls:
             content = content.strip()
         reason = "tool_calls" if tool_calls else ("length" if self.gen.finish_reason == "length" else "stop")
@@ -279,17 +319,27 @@ def response_body(r: Result, model: str) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         msg["tool_calls"] = tool_calls
-    return {"id": f"chatcmpl-{r.sample_id}", "object": "chat.completion", "created": r.created,
-            "model": model, "system_fingerprint": r.checkpoint_id,
-            "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": reason}],
-            "usage": r.usage()}
+    return {
+        "id": f"chatcmpl-{r.sample_id}",
+        "object": "chat.completion",
+        "created": r.created,
+        "model": model,
+        "system_fingerprint": r.checkpoint_id,
+        "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": reason}],
+        "usage": r.usage(),
+    }
 
 
 def stream_chunks(r: Result, model: str, include_usage: bool) -> list[dict[str, Any]]:
     """The SSE chunks of a finished completion (the backends do not stream tokens)."""
     content, tool_calls, reason = r.message()
-    base = {"id": f"chatcmpl-{r.sample_id}", "object": "chat.completion.chunk", "created": r.created,
-            "model": model, "system_fingerprint": r.checkpoint_id}
+    base = {
+        "id": f"chatcmpl-{r.sample_id}",
+        "object": "chat.completion.chunk",
+        "created": r.created,
+        "model": model,
+        "system_fingerprint": r.checkpoint_id,
+    }
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
@@ -310,30 +360,55 @@ def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any
     ts = iso(time.time() * 1000)
     calls = r.parsed.calls
     ev = {
-        "event_id": f"{r.sample_id}-completion", "type": "completion", "ts": ts,
-        "session_id": r.session_id, "episode_id": r.episode_id, "sample_id": r.sample_id,
-        "turn": r.turn, "policy_version": r.checkpoint_id, "prompt_ids": r.prompt_ids,
-        "completion_ids": r.gen.token_ids, "completion_logprobs": r.gen.logprobs,
+        "event_id": f"{r.sample_id}-completion",
+        "type": "completion",
+        "ts": ts,
+        "session_id": r.session_id,
+        "episode_id": r.episode_id,
+        "sample_id": r.sample_id,
+        "turn": r.turn,
+        "policy_version": r.checkpoint_id,
+        "prompt_ids": r.prompt_ids,
+        "completion_ids": r.gen.token_ids,
+        "completion_logprobs": r.gen.logprobs,
         "completion_text": r.text,
-        "tool_calls": [{"call_id": r.call_id(i), "name": c.name, "arguments": c.arguments_json}
-                       for i, c in enumerate(calls)],
-        "latency_ms": round(float(r.gen.latency_ms), 3), "temperature": sampling["temperature"],
+        "tool_calls": [
+            {"call_id": r.call_id(i), "name": c.name, "arguments": c.arguments_json} for i, c in enumerate(calls)
+        ],
+        "latency_ms": round(float(r.gen.latency_ms), 3),
+        "temperature": sampling["temperature"],
         "max_new_tokens": sampling["max_tokens"],  # the request's limit: Dr. GRPO's M in train
         # Extensions collect ignores today; what a correction of truncated sampling would need.
-        "top_p": sampling["top_p"], "seed": sampling["seed"], "sampling": sampling,
-        "finish_reason": r.gen.finish_reason, "request_id": r.request_id, "served_as": r.role,
+        "top_p": sampling["top_p"],
+        "seed": sampling["seed"],
+        "sampling": sampling,
+        "finish_reason": r.gen.finish_reason,
+        "request_id": r.request_id,
+        "served_as": r.role,
         "n_unlisted_calls": r.parsed.n_unlisted,
     }
     out = [ev]
     for i, c in enumerate(calls):
         if not c.valid:
-            out.append({"event_id": f"{r.call_id(i)}-result", "type": "tool_result", "ts": ts,
-                        "session_id": r.session_id, "sample_id": r.sample_id, "call_id": r.call_id(i),
-                        "status": "invalid", "error": f"{c.code}: {c.reason}", "duration_ms": 0.0})
+            out.append(
+                {
+                    "event_id": f"{r.call_id(i)}-result",
+                    "type": "tool_result",
+                    "ts": ts,
+                    "session_id": r.session_id,
+                    "sample_id": r.sample_id,
+                    "call_id": r.call_id(i),
+                    "status": "invalid",
+                    "error": f"{c.code}: {c.reason}",
+                    "duration_ms": 0.0,
+                }
+            )
     return out
 
 
-def parse_generation(renderer: ChatRenderer, gen: Generation, tools: tuple[ToolSpec, ...]) -> tuple[str, ParsedCompletion]:
+def parse_generation(
+    renderer: ChatRenderer, gen: Generation, tools: tuple[ToolSpec, ...]
+) -> tuple[str, ParsedCompletion]:
     text = renderer.completion_text(gen.token_ids)
     return text, parse_completion(text, tools)
 
@@ -342,5 +417,5 @@ def episode_and_turn(messages: list[dict[str, str]], session_id: str, episode_id
     """Default episode: the k-th user message of the session; turn: model calls since it."""
     users = [i for i, m in enumerate(messages) if m["role"] == "user"]
     last = users[-1] if users else -1
-    turn = sum(1 for m in messages[last + 1:] if m["role"] == "assistant")
+    turn = sum(1 for m in messages[last + 1 :] if m["role"] == "assistant")
     return episode_id or f"{session_id}-e{max(0, len(users) - 1)}", turn

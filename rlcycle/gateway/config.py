@@ -19,8 +19,11 @@ class GatewayConfig:
     """Options of `rlcycle gateway`."""
 
     alias: str = cfg("production", help="Registry alias served (an alias, checkpoint id or directory).")
-    upstream: str | None = cfg(None, help="OpenAI-compatible completions server that returns token ids "
-                                          "and logprobs (vLLM, SGLang, `rlcycle serve`); none = in-process.")
+    upstream: str | None = cfg(
+        None,
+        help="OpenAI-compatible completions server that returns token ids "
+        "and logprobs (vLLM, SGLang, `rlcycle serve`); none = in-process.",
+    )
     upstream_api_key: str | None = cfg(None, help="Bearer token sent to the upstream.")
     registry: str | None = cfg(None, help="Registry directory (default: $RLCYCLE_HOME/registry).")
     host: str = cfg("127.0.0.1", help="Interface to bind (loopback by default).")
@@ -28,20 +31,28 @@ class GatewayConfig:
     log_dir: str = cfg("", help="Directory the completion events are appended to (required).")
     api_key: str | None = cfg(None, help="Require `Authorization: Bearer KEY` (required off loopback).")
     logging: bool = cfg(True, help="Write events (false only for benchmarks: nothing is logged).")
-    flush_interval_s: float = cfg(0.5, help="Events are written and fsync'd at least this often: a "
-                                            "kill -9 loses at most this much.")
+    flush_interval_s: float = cfg(
+        0.5, help="Events are written and fsync'd at least this often: a kill -9 loses at most this much."
+    )
     rotate_bytes: int = cfg(64 << 20, help="Start a new log file after this many bytes.")
     rotate_s: float = cfg(3600.0, help="Start a new log file after this many seconds.")
     redact: bool = cfg(True, help="Redact secrets in logged text with collect's patterns before disk.")
-    redact_inputs: bool = cfg(False, help="Also redact secrets in request messages before the model sees "
-                                          "them, so prompt token ids hold none (the model reads the marks).")
+    redact_inputs: bool = cfg(
+        False,
+        help="Also redact secrets in request messages before the model sees "
+        "them, so prompt token ids hold none (the model reads the marks).",
+    )
     secret_patterns: dict[str, str] = cfg({}, help="Extra secret patterns to redact: name = regex.")
-    canary_fraction: float | None = cfg(None, help="Share of sessions sent to `candidate` (default: the "
-                                                   "registry's canary fraction for this alias, else 0).")
-    watch_interval_s: float = cfg(2.0, help="Poll the registry this often for alias moves (0 = only "
-                                            "POST /v1/rlcycle/reload).")
-    allow_truncated_sampling: bool = cfg(False, help="Accept top_p < 1 (refused by default: train scores "
-                                                     "the full vocabulary, see docs/gateway.md).")
+    canary_fraction: float | None = cfg(
+        None,
+        help="Share of sessions sent to `candidate` (default: the registry's canary fraction for this alias, else 0).",
+    )
+    watch_interval_s: float = cfg(
+        2.0, help="Poll the registry this often for alias moves (0 = only POST /v1/rlcycle/reload)."
+    )
+    allow_truncated_sampling: bool = cfg(
+        False, help="Accept top_p < 1 (refused by default: train scores the full vocabulary, see docs/gateway.md)."
+    )
     max_body_bytes: int = cfg(4 << 20, help="Largest request body accepted.")
     max_tokens_cap: int = cfg(4096, help="Largest max_tokens accepted.")
     default_max_tokens: int = cfg(512, help="max_tokens when the request gives none.")
@@ -59,8 +70,9 @@ class GatewayConfig:
         if not self.log_dir and self.logging:
             problems.append("log_dir is required (--log-dir DIR)")
         if self.host not in LOOPBACK and not self.api_key:
-            problems.append(f"host={self.host!r} is not loopback: an api_key is required "
-                            "(--api-key or $RLCYCLE_GATEWAY_API_KEY)")
+            problems.append(
+                f"host={self.host!r} is not loopback: an api_key is required (--api-key or $RLCYCLE_GATEWAY_API_KEY)"
+            )
         if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
             problems.append(f"upstream={self.upstream!r}: expected an http(s):// URL")
         check_range(problems, self, "port", ge=0, le=65535)
@@ -69,11 +81,23 @@ class GatewayConfig:
         check_range(problems, self, "rotate_s", gt=0)
         check_range(problems, self, "canary_fraction", ge=0, le=1, optional=True)
         check_range(problems, self, "watch_interval_s", ge=0)
-        check_range(problems, self, ("max_body_bytes", "max_tokens_cap", "default_max_tokens",
-                                     "max_prompt_tokens", "max_batch_size", "idempotency_entries"), ge=1)
+        check_range(
+            problems,
+            self,
+            (
+                "max_body_bytes",
+                "max_tokens_cap",
+                "default_max_tokens",
+                "max_prompt_tokens",
+                "max_batch_size",
+                "idempotency_entries",
+            ),
+            ge=1,
+        )
         check_range(problems, self, "batch_wait_ms", ge=0)
         check_range(problems, self, "idempotency_ttl_s", gt=0)
         if self.default_max_tokens > self.max_tokens_cap:
-            problems.append(f"default_max_tokens={self.default_max_tokens} exceeds max_tokens_cap="
-                            f"{self.max_tokens_cap}")
+            problems.append(
+                f"default_max_tokens={self.default_max_tokens} exceeds max_tokens_cap={self.max_tokens_cap}"
+            )
         return problems

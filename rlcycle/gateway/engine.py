@@ -42,8 +42,16 @@ from rlcycle.policy.registry import Registry, checkpoint_id
 class Engine:
     """One checkpoint that serves requests (see the module docstring)."""
 
-    def __init__(self, cid: str, path: Path, policy: Any, tokenizer: Any, config: GatewayConfig,
-                 role: str = "production", in_process: bool = True):
+    def __init__(
+        self,
+        cid: str,
+        path: Path,
+        policy: Any,
+        tokenizer: Any,
+        config: GatewayConfig,
+        role: str = "production",
+        in_process: bool = True,
+    ):
         self.checkpoint_id = cid
         self.path = path
         self.policy = policy
@@ -56,8 +64,9 @@ class Engine:
         self._renderers: OrderedDict[str, ChatRenderer] = OrderedDict()
         self._lock = threading.Lock()
         if in_process:
-            self._batcher = Batcher(generate_batch(policy), config.max_batch_size, config.batch_wait_ms,
-                                    name=f"gw-batch-{cid[:15]}")
+            self._batcher = Batcher(
+                generate_batch(policy), config.max_batch_size, config.batch_wait_ms, name=f"gw-batch-{cid[:15]}"
+            )
         else:
             self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gw-upstream")
 
@@ -154,8 +163,9 @@ class Models:
             return Engine(cid, path, policy, AutoTokenizer.from_pretrained(str(path)), c, role, in_process=False)
         from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
-        pcfg = HFPolicyConfig(device=c.device, dtype=c.dtype, max_batch_size=c.max_batch_size,
-                              num_threads=c.num_threads)
+        pcfg = HFPolicyConfig(
+            device=c.device, dtype=c.dtype, max_batch_size=c.max_batch_size, num_threads=c.num_threads
+        )
         policy = HFPolicy.from_pretrained(path, pcfg)
         return Engine(cid, path, policy, policy.tokenizer, c, role)
 
@@ -178,8 +188,10 @@ class Models:
             if fraction > 0 and self.config.upstream:
                 from rlcycle import console
 
-                console.warn("gateway: a canary needs the in-process backend (one upstream serves one "
-                             "checkpoint); all traffic goes to the upstream")
+                console.warn(
+                    "gateway: a canary needs the in-process backend (one upstream serves one "
+                    "checkpoint); all traffic goes to the upstream"
+                )
                 fraction = 0.0
             cand = self._resolve("candidate") if fraction > 0 and "candidate" in aliases else None
             primary = self._reuse_or_load(cid, path, "production")
@@ -209,9 +221,14 @@ class Models:
 
     def describe(self) -> dict[str, Any]:
         p, c = self.primary, self.candidate
-        return {"alias": self.config.alias, "checkpoint_id": p.checkpoint_id if p else None,
-                "candidate_id": c.checkpoint_id if c else None, "canary_fraction": self.canary_fraction,
-                "upstream": self.config.upstream, "reloads": self.reloads}
+        return {
+            "alias": self.config.alias,
+            "checkpoint_id": p.checkpoint_id if p else None,
+            "candidate_id": c.checkpoint_id if c else None,
+            "canary_fraction": self.canary_fraction,
+            "upstream": self.config.upstream,
+            "reloads": self.reloads,
+        }
 
     # --- watching the registry ----------------------------------------------------------------
     def _signature(self) -> tuple[int, int] | None:
@@ -236,9 +253,14 @@ class Models:
             try:
                 info = self.reload()
                 if info["changed"]:
-                    console.info(f"gateway: now serving {info['checkpoint_id']}"
-                                 + (f" (canary {info['candidate_id']} at {info['canary_fraction']:g})"
-                                    if info["candidate_id"] else ""))
+                    console.info(
+                        f"gateway: now serving {info['checkpoint_id']}"
+                        + (
+                            f" (canary {info['candidate_id']} at {info['canary_fraction']:g})"
+                            if info["candidate_id"]
+                            else ""
+                        )
+                    )
             except (RlcycleError, OSError, ValueError) as e:  # keep serving the old checkpoint
                 console.warn(f"gateway: reload failed, still serving the old checkpoint: {e}")
 

@@ -50,23 +50,37 @@ class LogStats:
     redactions: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"appended": self.appended, "written": self.written, "pending": self.appended - self.written,
-                "batches": self.batches, "bytes": self.bytes, "files": self.files,
-                "write_seconds": round(self.write_seconds, 6), "cpu_seconds": round(self.cpu_seconds, 6),
-                "redactions": dict(self.redactions)}
+        return {
+            "appended": self.appended,
+            "written": self.written,
+            "pending": self.appended - self.written,
+            "batches": self.batches,
+            "bytes": self.bytes,
+            "files": self.files,
+            "write_seconds": round(self.write_seconds, 6),
+            "cpu_seconds": round(self.cpu_seconds, 6),
+            "redactions": dict(self.redactions),
+        }
 
 
 class EventLog:
     """Batched, fsync'd, rotated JSON-lines writer (see the module docstring)."""
 
-    def __init__(self, log_dir: str | Path, flush_interval_s: float = 0.5, rotate_bytes: int = 64 << 20,
-                 rotate_s: float = 3600.0, patterns: tuple[redact.Pattern, ...] | None = redact.DEFAULT_PATTERNS):
+    def __init__(
+        self,
+        log_dir: str | Path,
+        flush_interval_s: float = 0.5,
+        rotate_bytes: int = 64 << 20,
+        rotate_s: float = 3600.0,
+        patterns: tuple[redact.Pattern, ...] | None = redact.DEFAULT_PATTERNS,
+    ):
         self.dir = Path(log_dir)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise InputError(f"cannot create the log directory {self.dir}: {e}",
-                             hint="pass a writable --log-dir") from None
+            raise InputError(
+                f"cannot create the log directory {self.dir}: {e}", hint="pass a writable --log-dir"
+            ) from None
         self.flush_interval_s = flush_interval_s
         self.rotate_bytes = rotate_bytes
         self.rotate_s = rotate_s
@@ -134,8 +148,9 @@ class EventLog:
             try:
                 if self.patterns:
                     self._redact(batch)
-                data = b"".join(json.dumps(ev, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-                                for ev in batch)
+                data = b"".join(
+                    json.dumps(ev, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for ev in batch
+                )
                 self._write(data)
             except OSError:
                 with self._lock:  # nothing of this batch is counted as written: put it back

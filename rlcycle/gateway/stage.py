@@ -31,12 +31,16 @@ def build(config: GatewayConfig) -> Gateway:
     """The router (checkpoints loaded), the event log and the app; nothing listens yet."""
     problems = config.validate()
     if problems:
-        raise InputError("gateway config: " + "; ".join(problems),
-                         hint="see `rlcycle gateway --help` and docs/gateway.md")
+        raise InputError(
+            "gateway config: " + "; ".join(problems), hint="see `rlcycle gateway --help` and docs/gateway.md"
+        )
     patterns = redact.patterns_with(config.secret_patterns) if config.redact else None
     models = Models(config)
-    log = (EventLog(config.log_dir, config.flush_interval_s, config.rotate_bytes, config.rotate_s, patterns)
-           if config.logging else None)
+    log = (
+        EventLog(config.log_dir, config.flush_interval_s, config.rotate_bytes, config.rotate_s, patterns)
+        if config.logging
+        else None
+    )
     return Gateway(config, models, log)
 
 
@@ -48,8 +52,9 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise RlcycleError(f"cannot listen on {host}:{port}: {e}",
-                           hint="choose another --port (0 picks a free one)") from None
+        raise RlcycleError(
+            f"cannot listen on {host}:{port}: {e}", hint="choose another --port (0 picks a free one)"
+        ) from None
     sock.listen(1024)
     sock.set_inheritable(True)
     return sock
@@ -58,8 +63,9 @@ def bind(host: str, port: int) -> socket.socket:
 def _server(gw: Gateway) -> Any:
     import uvicorn
 
-    cfg = uvicorn.Config(gw.app, log_level="warning", access_log=False, lifespan="off",
-                         timeout_keep_alive=30, limit_concurrency=4096)
+    cfg = uvicorn.Config(
+        gw.app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30, limit_concurrency=4096
+    )
     return uvicorn.Server(cfg)
 
 

@@ -27,8 +27,23 @@ from rlcycle.harness.tools import (
 )
 
 __all__ = [
-    "EDIT_TOOLS", "PROMPT_VERSION", "SYSTEM_PROMPT", "TERMINAL_TOOLS", "TOOLS", "TOOL_NAMES", "ChatRenderer",
-    "ParseLimits", "ParsedCompletion", "ToolCall", "ToolSpec", "Transcript", "Turn",
-    "get_tool", "initial_messages", "openai_tools", "parse_completion", "supports_tools",
+    "EDIT_TOOLS",
+    "PROMPT_VERSION",
+    "SYSTEM_PROMPT",
+    "TERMINAL_TOOLS",
+    "TOOLS",
+    "TOOL_NAMES",
+    "ChatRenderer",
+    "ParseLimits",
+    "ParsedCompletion",
+    "ToolCall",
+    "ToolSpec",
+    "Transcript",
+    "Turn",
+    "get_tool",
+    "initial_messages",
+    "openai_tools",
+    "parse_completion",
+    "supports_tools",
     "system_prompt",
 ]

@@ -150,9 +150,15 @@ def parse_completion(
     unlisted = 0
     stray = content.find(CLOSE)
     if stray != -1:
-        calls.append(_invalid(0, content[stray:stray + len(CLOSE)], "stray_close",
-                              "</tool_call> without an opening <tool_call>",
-                              (stray, stray + len(CLOSE))))
+        calls.append(
+            _invalid(
+                0,
+                content[stray : stray + len(CLOSE)],
+                "stray_close",
+                "</tool_call> without an opening <tool_call>",
+                (stray, stray + len(CLOSE)),
+            )
+        )
     pos = first
     while pos != -1:
         index = len(calls) + unlisted
@@ -174,12 +180,14 @@ def _next_call(
     if end == -1 or (nxt != -1 and nxt < end):
         stop = len(text) if nxt == -1 else nxt
         where = "before the end of the completion" if nxt == -1 else "before the next <tool_call>"
-        return _invalid(index, text[start:stop], "unterminated",
-                        f"<tool_call> has no </tool_call> {where}", (pos, stop)), nxt
+        return _invalid(
+            index, text[start:stop], "unterminated", f"<tool_call> has no </tool_call> {where}", (pos, stop)
+        ), nxt
     span = (pos, end + len(CLOSE))
     if index >= limits.max_calls:
-        call = _invalid(index, text[start:end], "too_many_calls",
-                        f"more than {limits.max_calls} tool calls in one completion", span)
+        call = _invalid(
+            index, text[start:end], "too_many_calls", f"more than {limits.max_calls} tool calls in one completion", span
+        )
     else:
         call = check_call(text[start:end], index, by_name, limits, span)
     after = end + len(CLOSE)
@@ -202,8 +210,9 @@ def check_call(
     limits = limits or ParseLimits()
     by_name = by_name if by_name is not None else {t.name: t for t in TOOLS}
     if len(body) > limits.max_call_chars:
-        return _invalid(index, body, "too_long",
-                        f"call body is {len(body):,} chars (limit {limits.max_call_chars:,})", span)
+        return _invalid(
+            index, body, "too_long", f"call body is {len(body):,} chars (limit {limits.max_call_chars:,})", span
+        )
     depth = _json_depth(body, limits.max_depth)
     if depth > limits.max_depth:
         return _invalid(index, body, "too_deep", f"JSON nested deeper than {limits.max_depth}", span)
@@ -213,14 +222,21 @@ def check_call(
         return _invalid(index, body, "bad_json", f"bad JSON: {str(e)[:200]}", span)
     if not isinstance(obj, dict) or "name" not in obj or set(obj) - {"name", "arguments"}:
         got = sorted(obj)[:5] if isinstance(obj, dict) else type(obj).__name__
-        return _invalid(index, body, "not_an_object",
-                        f'expected {{"name": ..., "arguments": {{...}}}}, got {got}', span)
+        return _invalid(
+            index, body, "not_an_object", f'expected {{"name": ..., "arguments": {{...}}}}, got {got}', span
+        )
     name = obj["name"]
     if not isinstance(name, str) or name not in by_name:
         close = difflib.get_close_matches(str(name)[:100], list(by_name), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return _invalid(index, body, "unknown_tool", f"unknown tool {str(name)[:100]!r}{hint}", span,
-                        name=name if isinstance(name, str) else None)
+        return _invalid(
+            index,
+            body,
+            "unknown_tool",
+            f"unknown tool {str(name)[:100]!r}{hint}",
+            span,
+            name=name if isinstance(name, str) else None,
+        )
     tool = by_name[name]
     if "arguments" in obj:
         args = obj["arguments"]
@@ -238,8 +254,7 @@ def check_call(
 def _argument_problems(tool: ToolSpec, args: Any) -> list[tuple[str, str]]:
     """Every problem of `args` against the tool's schema, as (code, reason)."""
     if not isinstance(args, dict):
-        return [("bad_arguments",
-                 f"{tool.name}: 'arguments' must be a JSON object, got {type(args).__name__}")]
+        return [("bad_arguments", f"{tool.name}: 'arguments' must be a JSON object, got {type(args).__name__}")]
     out: list[tuple[str, str]] = []
     for key in tool.required:
         if key not in args:
@@ -252,8 +267,9 @@ def _argument_problems(tool: ToolSpec, args: Any) -> list[tuple[str, str]]:
         expected = _JSON_TYPES.get(spec.get("type", ""), (object,))
         # bool is an int in Python; JSON keeps them apart.
         if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
-            out.append(("wrong_type", f"{tool.name}: argument {key!r} must be {spec.get('type')}, "
-                                      f"got {_json_type(value)}"))
+            out.append(
+                ("wrong_type", f"{tool.name}: argument {key!r} must be {spec.get('type')}, got {_json_type(value)}")
+            )
         elif not _encodable(value):
             out.append(("invalid_unicode", f"{tool.name}: argument {key!r} has a lone surrogate"))
     return out
@@ -322,8 +338,7 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _invalid(index: int, raw: str, code: str, reason: str, span: tuple[int, int],
-             name: str | None = None) -> ToolCall:
+def _invalid(index: int, raw: str, code: str, reason: str, span: tuple[int, int], name: str | None = None) -> ToolCall:
     raw = raw[:RAW_CAP].encode("utf-8", "replace").decode("utf-8")
     return ToolCall(index, name, None, raw, False, code, reason, span)
 
@@ -331,10 +346,17 @@ def _invalid(index: int, raw: str, code: str, reason: str, span: tuple[int, int]
 def _replace(call: ToolCall, code: str, reason: str) -> ToolCall:
     """Mark an otherwise parsed call invalid (its name and arguments stay for logging)."""
     if call.valid:
-        return ToolCall(call.index, call.name, call.arguments, call.arguments_json, False,
-                        code, reason, call.span)
-    return ToolCall(call.index, call.name, call.arguments, call.arguments_json, False,
-                    call.code, f"{call.reason}; {reason}", call.span)
+        return ToolCall(call.index, call.name, call.arguments, call.arguments_json, False, code, reason, call.span)
+    return ToolCall(
+        call.index,
+        call.name,
+        call.arguments,
+        call.arguments_json,
+        False,
+        call.code,
+        f"{call.reason}; {reason}",
+        call.span,
+    )
 
 
 def _too_long(text: str, limits: ParseLimits) -> ParsedCompletion:
@@ -343,7 +365,11 @@ def _too_long(text: str, limits: ParseLimits) -> ParsedCompletion:
     content = (text if first == -1 else text[:first])[: limits.max_chars]
     if first == -1 and CLOSE not in text:
         return ParsedCompletion(content=content)
-    call = _invalid(0, "", "too_long",
-                    f"completion is {len(text):,} chars (limit {limits.max_chars:,}); calls not parsed",
-                    (max(first, 0), len(text)))
+    call = _invalid(
+        0,
+        "",
+        "too_long",
+        f"completion is {len(text):,} chars (limit {limits.max_chars:,}); calls not parsed",
+        (max(first, 0), len(text)),
+    )
     return ParsedCompletion(content=content, calls=(call,))

@@ -102,8 +102,10 @@ class ChatRenderer:
             self.uses_model_template, self.template = False, template
         vocab = tokenizer.get_added_vocab()
         self.stop_token_ids: tuple[int, ...] = tuple(
-            sorted({vocab[t] for t in STOP_TOKENS if t in vocab}
-                   | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()))
+            sorted(
+                {vocab[t] for t in STOP_TOKENS if t in vocab}
+                | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+            )
         )
         added = sorted((t for t in vocab if len(t) > 1), key=len, reverse=True)
         self._added_re = re.compile("|".join(map(re.escape, added))) if added else None
@@ -116,9 +118,10 @@ class ChatRenderer:
         try:
             tok = AutoTokenizer.from_pretrained(str(path))
         except (OSError, ValueError) as e:
-            raise InputError(f"cannot load a tokenizer from {path}: {e}",
-                             hint="pass a directory written by `rlcycle init-model` or "
-                                  "save_pretrained") from None
+            raise InputError(
+                f"cannot load a tokenizer from {path}: {e}",
+                hint="pass a directory written by `rlcycle init-model` or save_pretrained",
+            ) from None
         return cls(tok, **kw)
 
     # --- text and ids --------------------------------------------------------------------
@@ -126,8 +129,11 @@ class ChatRenderer:
         """The conversation as the template renders it (user/tool text neutralised)."""
         msgs = [self.neutralise(m) for m in messages]
         return self.tokenizer.apply_chat_template(
-            msgs, tools=self.tool_defs or None, chat_template=self.template,
-            add_generation_prompt=add_generation_prompt, tokenize=False,
+            msgs,
+            tools=self.tool_defs or None,
+            chat_template=self.template,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
         )
 
     def render(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = False) -> list[int]:
@@ -160,7 +166,7 @@ class ChatRenderer:
         cap = self.max_tool_output_chars
         if cap <= 0 or len(text) <= cap:
             return text
-        head, tail = text[: cap // 2], text[len(text) - cap // 2:]
+        head, tail = text[: cap // 2], text[len(text) - cap // 2 :]
         return f"{head}\n[... {len(text) - len(head) - len(tail):,} characters omitted ...]\n{tail}"
 
     def new_transcript(self, messages: Sequence[dict[str, str]]) -> Transcript:
@@ -213,7 +219,9 @@ class Transcript:
         return list(self.ids)
 
     def add_completion(
-        self, token_ids: Sequence[int], logprobs: Sequence[float] | None = None,
+        self,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float] | None = None,
         finish_reason: str = "stop",
     ) -> Turn:
         """Append the sampled ids (mask 1) exactly as generated; returns the new Turn."""
@@ -221,8 +229,10 @@ class Transcript:
         ids = [int(t) for t in token_ids]
         lps = [float(x) for x in logprobs] if logprobs is not None else [0.0] * len(ids)
         if len(lps) != len(ids):
-            raise InputError(f"{len(ids)} completion ids but {len(lps)} logprobs",
-                             hint="pass the policy's Generation.token_ids and .logprobs")
+            raise InputError(
+                f"{len(ids)} completion ids but {len(lps)} logprobs",
+                hint="pass the policy's Generation.token_ids and .logprobs",
+            )
         r = self.renderer
         content = r.completion_text(ids)
         turn = Turn(len(self.ids), ids, lps, finish_reason, content)
@@ -234,11 +244,11 @@ class Transcript:
         closed = r.render_text(self.messages)
         if not closed.startswith(self._text + content):
             raise self._not_incremental("an assistant message is")
-        tail = closed[len(self._text) + len(content):]
+        tail = closed[len(self._text) + len(content) :]
         stop = r.tokenizer.decode(ids[-1:]) if ids and ids[-1] in r.stop_token_ids else ""
         # The sampled stop token already stands for the start of the closing text
         # (e.g. `<|im_end|>` of `<|im_end|>\n`); the rest is template glue, mask 0.
-        self._closing = tail[len(stop):] if stop and tail.startswith(stop) else tail
+        self._closing = tail[len(stop) :] if stop and tail.startswith(stop) else tail
         self._text = closed
         self._awaiting = "observation"
         return turn
@@ -256,13 +266,15 @@ class Transcript:
         """Append non-assistant messages (mask 0) and the generation prompt; returns their ids."""
         self._expect("observation", "add_messages")
         if any(m.get("role") == "assistant" for m in messages):
-            raise InputError("assistant text must come from add_completion (sampled ids)",
-                             hint="pass the policy's token ids to Transcript.add_completion")
+            raise InputError(
+                "assistant text must come from add_completion (sampled ids)",
+                hint="pass the policy's token ids to Transcript.add_completion",
+            )
         extended = self.messages + [dict(m) for m in messages]
         text = self.renderer.render_text(extended, add_generation_prompt=True)
         if not text.startswith(self._text):
             raise self._not_incremental("new messages are")
-        new = self.renderer.encode(self._closing + text[len(self._text):])
+        new = self.renderer.encode(self._closing + text[len(self._text) :])
         self.ids += new
         self.mask += [0] * len(new)
         self.logprobs += [0.0] * len(new)

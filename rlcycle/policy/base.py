@@ -44,8 +44,10 @@ class SamplingParams:
         check_range(problems, self, "temperature", ge=0)  # NaN is out of every range
         check_range(problems, self, "top_p", gt=0, le=1)
         if problems:
-            raise InputError("bad SamplingParams: " + ", ".join(problems),
-                             hint="e.g. SamplingParams(max_new_tokens=256, temperature=1.0)")
+            raise InputError(
+                "bad SamplingParams: " + ", ".join(problems),
+                hint="e.g. SamplingParams(max_new_tokens=256, temperature=1.0)",
+            )
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
 
 
@@ -70,9 +72,7 @@ class Policy(Protocol):
 
     name: str  # what production logs as policy_version when nothing better is known
 
-    def generate(
-        self, prompts: list[list[int]], params: SamplingParams | Sequence[SamplingParams]
-    ) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """One Generation per prompt, in order."""
         ...
 
@@ -81,9 +81,7 @@ class Policy(Protocol):
         ...
 
 
-def per_prompt(
-    params: SamplingParams | Sequence[SamplingParams], n: int
-) -> list[SamplingParams]:
+def per_prompt(params: SamplingParams | Sequence[SamplingParams], n: int) -> list[SamplingParams]:
     """One SamplingParams per prompt: a list as given, or one spread with seeds s, s+1, ..."""
     if isinstance(params, SamplingParams):
         if params.seed is None:
@@ -91,8 +89,9 @@ def per_prompt(
         return [replace(params, seed=params.seed + i) for i in range(n)]
     out = list(params)
     if len(out) != n:
-        raise InputError(f"{n} prompts but {len(out)} SamplingParams",
-                         hint="pass one SamplingParams, or one per prompt")
+        raise InputError(
+            f"{n} prompts but {len(out)} SamplingParams", hint="pass one SamplingParams, or one per prompt"
+        )
     return out
 
 
@@ -107,5 +106,6 @@ def check_prompts(prompts: list[list[int]], vocab_size: int | None = None) -> No
         if len(problems) >= 5:
             break
     if problems:
-        raise InputError("bad prompts: " + "; ".join(problems),
-                         hint="render prompts with rlcycle.harness.render.ChatRenderer")
+        raise InputError(
+            "bad prompts: " + "; ".join(problems), hint="render prompts with rlcycle.harness.render.ChatRenderer"
+        )

@@ -65,8 +65,7 @@ class Batcher(Generic[T, R]):
     ):
         if max_batch_size < 1 or batch_wait_ms < 0:
             raise InputError(
-                f"batcher: max_batch_size={max_batch_size} must be >= 1 and "
-                f"batch_wait_ms={batch_wait_ms} >= 0",
+                f"batcher: max_batch_size={max_batch_size} must be >= 1 and batch_wait_ms={batch_wait_ms} >= 0",
                 hint="set max_batch_size >= 1 and batch_wait_ms >= 0",
             )
         self.run = run
@@ -129,11 +128,7 @@ class Batcher(Generic[T, R]):
         while len(batch) < self.max_batch_size:
             remaining = deadline - self._clock()
             try:  # past the deadline, still take what is already queued (no wait)
-                nxt = (
-                    self._queue.get(timeout=remaining)
-                    if remaining > 0
-                    else self._queue.get_nowait()
-                )
+                nxt = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
             except queue.Empty:
                 break
             if nxt is _STOP:  # close() while waiting for more: run this batch, then stop

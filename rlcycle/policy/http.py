@@ -67,8 +67,9 @@ class HTTPPolicy:
         url = base_url.rstrip("/")
         self.base_url = url[:-3] if url.endswith("/v1") else url
         self.api_key = self.config.api_key or os.environ.get(API_KEY_ENV)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, self.config.max_concurrency),
-                                        thread_name_prefix="rlcycle-http")
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, self.config.max_concurrency), thread_name_prefix="rlcycle-http"
+        )
         self._model = self.config.model
         self.name = self._model or self.base_url
 
@@ -78,8 +79,9 @@ class HTTPPolicy:
         if self._model is None:
             data = self._call("GET", "/v1/models", None).get("data") or []
             if not data:
-                raise RlcycleError(f"{self.base_url}/v1/models lists no model",
-                                   hint="pass HTTPPolicyConfig(model=NAME)")
+                raise RlcycleError(
+                    f"{self.base_url}/v1/models lists no model", hint="pass HTTPPolicyConfig(model=NAME)"
+                )
             self._model = str(data[0]["id"])
             self.name = self._model
         return self._model
@@ -87,14 +89,12 @@ class HTTPPolicy:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def generate(self, prompts: list[list[int]],
-                 params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """One request per prompt, concurrently; results in prompt order."""
         check_prompts(prompts)
         plist = per_prompt(params, len(prompts))
         model = self.model
-        futures = [self._pool.submit(self._one, model, p, sp)
-                   for p, sp in zip(prompts, plist, strict=True)]
+        futures = [self._pool.submit(self._one, model, p, sp) for p, sp in zip(prompts, plist, strict=True)]
         return [f.result() for f in futures]
 
     def _one(self, model: str, prompt: list[int], sp: SamplingParams) -> Generation:
@@ -122,9 +122,10 @@ class HTTPPolicy:
             except urllib.error.HTTPError as e:
                 detail = _error_text(e)
                 if e.code < 500:
-                    raise InputError(f"{url} refused the request ({e.code}): {detail}",
-                                     hint="check the model name, the prompt ids and the "
-                                          "sampling parameters") from None
+                    raise InputError(
+                        f"{url} refused the request ({e.code}): {detail}",
+                        hint="check the model name, the prompt ids and the sampling parameters",
+                    ) from None
                 last = RlcycleError(f"{url} failed ({e.code}): {detail}")
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
                 last = e
@@ -137,11 +138,21 @@ class HTTPPolicy:
 def request_body(model: str, prompt: list[int], sp: SamplingParams) -> dict[str, Any]:
     """The /v1/completions body for one prompt (see the module docstring)."""
     body: dict[str, Any] = {
-        "model": model, "prompt": list(prompt), "max_tokens": sp.max_new_tokens,
-        "temperature": sp.temperature, "top_p": sp.top_p, "n": 1, "stream": False,
-        "echo": False, "logprobs": 1, "return_tokens_as_token_ids": True,
-        "return_token_ids": True, "skip_special_tokens": False,
-        "include_stop_str_in_output": True, "top_k": -1, "min_p": 0.0,
+        "model": model,
+        "prompt": list(prompt),
+        "max_tokens": sp.max_new_tokens,
+        "temperature": sp.temperature,
+        "top_p": sp.top_p,
+        "n": 1,
+        "stream": False,
+        "echo": False,
+        "logprobs": 1,
+        "return_tokens_as_token_ids": True,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+        "include_stop_str_in_output": True,
+        "top_k": -1,
+        "min_p": 0.0,
         "repetition_penalty": 1.0,
     }
     if sp.seed is not None:
@@ -165,13 +176,16 @@ def parse_choice(resp: dict[str, Any], source: str = "server") -> Generation:
             raise RlcycleError(
                 f"{source}: the response has neither `token_ids` nor 'token_id:N' logprob tokens",
                 hint="use vLLM (>= 0.10 for return_token_ids) or `rlcycle serve`; rlcycle never "
-                     "re-tokenises sampled text")
+                "re-tokenises sampled text",
+            )
         ids = [int(t.split(":", 1)[1]) for t in tokens]
     logprobs = lp.get("token_logprobs")
     if logprobs is None or len(logprobs) != len(ids) or any(x is None for x in logprobs):
-        raise RlcycleError(f"{source}: {len(ids)} token ids but logprobs are "
-                           f"{'missing' if logprobs is None else f'{len(logprobs)} values'}",
-                           hint="the server must honour `logprobs: 1`")
+        raise RlcycleError(
+            f"{source}: {len(ids)} token ids but logprobs are "
+            f"{'missing' if logprobs is None else f'{len(logprobs)} values'}",
+            hint="the server must honour `logprobs: 1`",
+        )
     reason = choice.get("finish_reason") or "length"
     return Generation([int(t) for t in ids], [float(x) for x in logprobs], str(reason), 0.0)
 

@@ -32,7 +32,7 @@ def load_policy(spec: str | Path, **options: Any) -> Policy:
     raise InputError(
         f"policy {text!r} is neither a model directory nor an http(s):// URL",
         hint="create a model with `rlcycle init-model -o DIR`, or start a server with "
-             "`rlcycle serve --policy DIR` and pass its URL",
+        "`rlcycle serve --policy DIR` and pass its URL",
     )
 
 
@@ -42,8 +42,9 @@ def _config(cls: type, options: dict[str, Any], spec: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - names)
     if unknown:
-        raise InputError(f"policy {spec}: unknown option(s) {', '.join(unknown)}",
-                         hint=f"valid options: {', '.join(sorted(names))}")
+        raise InputError(
+            f"policy {spec}: unknown option(s) {', '.join(unknown)}", hint=f"valid options: {', '.join(sorted(names))}"
+        )
     obj = cls(**options)
     problems = obj.validate() if hasattr(obj, "validate") else []
     if problems:

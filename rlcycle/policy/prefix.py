@@ -61,8 +61,7 @@ class PrefixCache:
         if self.budget <= 0 or len(ids) > self.budget:
             return
         t = torch.tensor(ids)
-        for key in [k for k, (e, _) in self._entries.items()
-                    if len(e) <= len(t) and torch.equal(e, t[: len(e)])]:
+        for key in [k for k, (e, _) in self._entries.items() if len(e) <= len(t) and torch.equal(e, t[: len(e)])]:
             self._drop(key)  # a prefix of the new entry: the new one serves it too
         self._entries[self._next_key] = (t, [(k.detach(), v.detach()) for k, v in kv])
         self._next_key += 1

@@ -145,10 +145,15 @@ class Registry:
             if not d.is_dir() or d.name.startswith("."):
                 continue
             meta = _read_meta(d)
-            out.append({
-                "id": d.name, "aliases": sorted(a for a, i in aliases.items() if i == d.name),
-                "parent": meta.get("parent"), "created": meta.get("created"), "path": str(d),
-            })  # fmt: skip
+            out.append(
+                {
+                    "id": d.name,
+                    "aliases": sorted(a for a, i in aliases.items() if i == d.name),
+                    "parent": meta.get("parent"),
+                    "created": meta.get("created"),
+                    "path": str(d),
+                }
+            )
         return out
 
     def history(self) -> pa.Table:
@@ -189,8 +194,12 @@ class Registry:
                 raise RlcycleError(f"alias {name!r} would point at missing checkpoint {cid}")
         entry.seq = state["seq"] + 1
         entry.ts = entry.ts or time.time()
-        new = {"seq": entry.seq, "aliases": aliases, "canary": canary if canary is not None else state.get("canary"),
-               "last": entry.__dict__}  # fmt: skip
+        new = {
+            "seq": entry.seq,
+            "aliases": aliases,
+            "canary": canary if canary is not None else state.get("canary"),
+            "last": entry.__dict__,
+        }
         crash_point("before-state")
         crash_point(f"before-state:{entry.action}")
         rio.atomic_write_text(self.root / "state.json", json.dumps(new, indent=2) + "\n")

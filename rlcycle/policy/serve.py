@@ -91,9 +91,7 @@ class ServeConfig:
 
     host: str = cfg("127.0.0.1", help="Interface to bind (loopback by default).")
     port: int = cfg(8000, help="TCP port (0 picks a free one).")
-    name: str | None = cfg(
-        None, help="Model name reported by /v1/models (default: the directory name)."
-    )
+    name: str | None = cfg(None, help="Model name reported by /v1/models (default: the directory name).")
     max_batch_size: int = cfg(16, help="Prompts generated together.")
     batch_wait_ms: float = cfg(5.0, help="How long the batcher waits for more requests.")
     max_new_tokens_cap: int = cfg(4096, help="Largest max_tokens accepted.")
@@ -101,8 +99,7 @@ class ServeConfig:
     api_key: str | None = cfg(None, help="Require `Authorization: Bearer KEY` when set.")
     enable_lora: bool = cfg(
         False,
-        help="Serve vLLM's runtime LoRA API (/v1/load_lora_adapter, "
-        "/v1/unload_lora_adapter; needs peft).",
+        help="Serve vLLM's runtime LoRA API (/v1/load_lora_adapter, /v1/unload_lora_adapter; needs peft).",
     )
 
 
@@ -207,9 +204,7 @@ class PolicyServer:
         """Generate (and score prompts, for echo) for jobs of one model, its adapter active."""
         with self.adapters.use(jobs[0].model) as policy:
             todo = [j for j in jobs if j.params is not None]
-            gens = (
-                policy.generate([j.prompt for j in todo], [j.params for j in todo]) if todo else []
-            )
+            gens = policy.generate([j.prompt for j in todo], [j.params for j in todo]) if todo else []
             done = iter(gens)
             out = []
             for j in jobs:
@@ -230,10 +225,7 @@ class PolicyServer:
         n_lp = body.get("logprobs")
         if n_lp is not None and (not isinstance(n_lp, int) or isinstance(n_lp, bool) or n_lp < 0):
             raise BadRequest("logprobs must be a non-negative integer")
-        futures = [
-            self.submit(p, _seeded(params, i) if params else None, model, echo)
-            for i, p in enumerate(prompts)
-        ]
+        futures = [self.submit(p, _seeded(params, i) if params else None, model, echo) for i, p in enumerate(prompts)]
         results = [f.result() for f in futures]
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         skip = body.get("skip_special_tokens", True) is not False
@@ -265,9 +257,7 @@ class PolicyServer:
         raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError")
 
     def _prompts(self, prompt: Any) -> list[list[int]]:
-        if isinstance(prompt, str) or (
-            isinstance(prompt, list) and prompt and isinstance(prompt[0], str)
-        ):
+        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], str)):
             tok = getattr(self.policy, "tokenizer", None)
             if tok is None:
                 raise BadRequest("text prompts need a tokenizer; send token ids")
@@ -311,16 +301,12 @@ class PolicyServer:
             choice["prompt_token_ids"] = prompt
         if n_lp is not None:
             ids = (prompt or []) + g.token_ids
-            lps: list[float | None] = (
-                [None] + list(r.prompt_logprobs or []) if prompt else []
-            ) + g.logprobs
+            lps: list[float | None] = ([None] + list(r.prompt_logprobs or []) if prompt else []) + g.logprobs
             names = [f"token_id:{t}" if as_ids or tok is None else tok.decode([t]) for t in ids]
             choice["logprobs"] = {
                 "tokens": names,
                 "token_logprobs": lps,
-                "top_logprobs": [
-                    None if lp is None else {n: lp} for n, lp in zip(names, lps, strict=True)
-                ]
+                "top_logprobs": [None if lp is None else {n: lp} for n, lp in zip(names, lps, strict=True)]
                 if n_lp > 0
                 else None,
                 "text_offset": None,
@@ -381,45 +367,33 @@ class _Adapters:
     def load(self, name: Any, path: Any) -> str:
         """Load the adapter at `path` as `name`; raises ApiError with vLLM's status and type."""
         if not name or not path or not isinstance(name, str) or not isinstance(path, str):
-            raise ApiError(
-                400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput"
-            )
+            raise ApiError(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
         model = getattr(self.base, "model", None)
         if model is None or not hasattr(self.base, "config"):
             raise ApiError(
                 400,
-                f"this server's policy ({type(self.base).__name__}) cannot take "
-                "LoRA adapters; serve a model directory",
+                f"this server's policy ({type(self.base).__name__}) cannot take LoRA adapters; serve a model directory",
                 "BadRequestError",
             )
         adapter = Path(path)
         if not (adapter / "adapter_config.json").is_file():
-            raise ApiError(
-                404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError"
-            )
+            raise ApiError(404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError")
         if not (adapter / "adapter_model.safetensors").is_file():
             raise ApiError(
                 400,
-                f"Loading lora {name} failed: {path} has no adapter_model.safetensors "
-                "(pickled weights are refused)",
+                f"Loading lora {name} failed: {path} has no adapter_model.safetensors (pickled weights are refused)",
                 "BadRequestError",
             )
         with self.lock:
             if name in self._views:
-                raise ApiError(
-                    400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput"
-                )
+                raise ApiError(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
             try:
                 self._attach(model, name, str(adapter))
             except ImportError:
-                raise ApiError(
-                    400, "LoRA adapters need peft: pip install 'rlcycle[lora]'", "BadRequestError"
-                ) from None
+                raise ApiError(400, "LoRA adapters need peft: pip install 'rlcycle[lora]'", "BadRequestError") from None
             except Exception as e:  # wrong shapes, target modules the model lacks, bad JSON
                 self._forget(name)
-                raise ApiError(
-                    400, f"Loading lora {name} failed: {type(e).__name__}: {e}", "BadRequestError"
-                ) from None
+                raise ApiError(400, f"Loading lora {name} failed: {type(e).__name__}: {e}", "BadRequestError") from None
             view = type(self.base)(model, self.base.tokenizer, self.base.config, name=name)
             self._views[name] = (view, str(adapter))
         return f"Success: LoRA adapter '{name}' added successfully."
@@ -442,9 +416,7 @@ class _Adapters:
         from peft import PeftModel
 
         if self._peft is None:
-            self._peft = PeftModel.from_pretrained(
-                model, path, adapter_name=name, is_trainable=False
-            )
+            self._peft = PeftModel.from_pretrained(model, path, adapter_name=name, is_trainable=False)
         else:
             self._peft.load_adapter(path, adapter_name=name, is_trainable=False)
         self._peft.eval()
@@ -465,8 +437,7 @@ def _params(body: dict[str, Any], cap: int) -> SamplingParams | None:
     for key, ok in NEUTRAL.items():
         if key in body and body[key] not in ok:
             raise BadRequest(
-                f"{key}={body[key]!r} is not supported (only {ok[0]!r}); "
-                "it would change the sampling distribution"
+                f"{key}={body[key]!r} is not supported (only {ok[0]!r}); it would change the sampling distribution"
             )
     if body.get("n", 1) != 1:
         raise BadRequest("n must be 1 (send one request per sample, each with its own seed)")
@@ -514,17 +485,13 @@ def _handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
         def _send(self, status: int, obj: Any) -> None:
             data = json.dumps(obj).encode() if not isinstance(obj, bytes) else obj
             self.send_response(status)
-            self.send_header(
-                "Content-Type", "application/json" if not isinstance(obj, bytes) else "text/plain"
-            )
+            self.send_header("Content-Type", "application/json" if not isinstance(obj, bytes) else "text/plain")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
         def _error(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
-            self._send(
-                status, {"error": {"message": message, "type": kind, "param": None, "code": status}}
-            )
+            self._send(status, {"error": {"message": message, "type": kind, "param": None, "code": status}})
 
         def _authorised(self) -> bool:
             key = server.config.api_key
@@ -546,9 +513,7 @@ def _handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
                     "owned_by": "rlcycle",
                     "max_model_len": getattr(server.policy, "max_length", None),
                 }
-                return self._send(
-                    200, {"object": "list", "data": [model, *server.adapters.cards(server.name)]}
-                )
+                return self._send(200, {"object": "list", "data": [model, *server.adapters.cards(server.name)]})
             return self._error(404, f"no route {self.path}")
 
         def do_POST(self) -> None:  # noqa: N802
@@ -556,19 +521,11 @@ def _handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
                 return None
             routes = {"/v1/completions": server.complete}
             if server.config.enable_lora:
-                routes["/v1/load_lora_adapter"] = lambda b: server.adapters.load(
-                    b.get("lora_name"), b.get("lora_path")
-                )
-                routes["/v1/unload_lora_adapter"] = lambda b: server.adapters.unload(
-                    b.get("lora_name")
-                )
+                routes["/v1/load_lora_adapter"] = lambda b: server.adapters.load(b.get("lora_name"), b.get("lora_path"))
+                routes["/v1/unload_lora_adapter"] = lambda b: server.adapters.unload(b.get("lora_name"))
             route = routes.get(self.path)
             if route is None:
-                off = (
-                    " (runtime LoRA updates are off: start with --enable-lora)"
-                    if "lora_adapter" in self.path
-                    else ""
-                )
+                off = " (runtime LoRA updates are off: start with --enable-lora)" if "lora_adapter" in self.path else ""
                 return self._error(404, f"no route {self.path} (use /v1/completions){off}")
             size = int(self.headers.get("Content-Length") or 0)
             if size <= 0 or size > server.config.max_body_bytes:

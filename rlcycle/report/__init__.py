@@ -54,8 +54,12 @@ def render(run_dir: str | Path) -> tuple[str, list[Section]]:
     sections = [build(run) for build in BUILDERS]
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     name = run.path.resolve().name
-    html = page(f"rlcycle report: {name}", f"rlcycle report — {name}", sections,
-                f"generated {now} by rlcycle {__version__} from {run.path.resolve()}")  # fmt: skip
+    html = page(
+        f"rlcycle report: {name}",
+        f"rlcycle report — {name}",
+        sections,
+        f"generated {now} by rlcycle {__version__} from {run.path.resolve()}",
+    )
     return html, sections
 
 

@@ -45,8 +45,12 @@ def call(d: Estimate, direction: int) -> str:
     return "no change detected"
 
 
-def ab_table(rows: Mapping[Hashable, Mapping[str, Estimate]], baseline: Hashable, names: Sequence[str],
-             directions: Mapping[str, int] | None = None) -> dict[Hashable, dict[str, Cell]]:  # fmt: skip
+def ab_table(
+    rows: Mapping[Hashable, Mapping[str, Estimate]],
+    baseline: Hashable,
+    names: Sequence[str],
+    directions: Mapping[str, int] | None = None,
+) -> dict[Hashable, dict[str, Cell]]:
     """Every row but `baseline` minus `baseline`, per metric of `names` (module docstring)."""
     if baseline not in rows:
         raise KeyError(f"baseline row {baseline!r} is not among the rows {list(rows)}")
@@ -64,8 +68,13 @@ def ab_table(rows: Mapping[Hashable, Mapping[str, Estimate]], baseline: Hashable
 # --- plain text -------------------------------------------------------------------------------
 
 # unit -> (scale, format spec, suffix): one way to print a number, in the HTML report and here
-FORMATS = {"rate": (100.0, ".1f", "%"), "ms": (1.0, ",.0f", ""), "tokens": (1.0, ".1f", ""),
-           "count": (1.0, ".3f", ""), "value": (1.0, "+.3f", "")}  # fmt: skip
+FORMATS = {
+    "rate": (100.0, ".1f", "%"),
+    "ms": (1.0, ",.0f", ""),
+    "tokens": (1.0, ".1f", ""),
+    "count": (1.0, ".3f", ""),
+    "value": (1.0, "+.3f", ""),
+}
 
 
 def number(v: float, unit: str, signed: bool = False) -> str:
@@ -89,21 +98,33 @@ def fmt(e: Estimate, unit: str, signed: bool = False) -> str:
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """Plain-text columns: the first left-aligned, the rest right-aligned, two spaces apart."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-            for r in [header, *rows]]  # fmt: skip
+    return [
+        "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in [header, *rows]
+    ]
 
 
-def metrics_lines(rows: Mapping[Hashable, Mapping[str, Estimate]], labels: Mapping[Hashable, str],
-                  names: Mapping[str, tuple[str, str]], extra: Sequence[Sequence[str]] = ()) -> list[str]:  # fmt: skip
+def metrics_lines(
+    rows: Mapping[Hashable, Mapping[str, Estimate]],
+    labels: Mapping[Hashable, str],
+    names: Mapping[str, tuple[str, str]],
+    extra: Sequence[Sequence[str]] = (),
+) -> list[str]:
     """One line per metric (`names`: metric -> (label, unit)), one column per row key (`labels`
     order), then the `extra` rows (e.g. counts)."""
-    body = [[label, *(fmt(rows[k][m], unit) if m in rows[k] else "n/a" for k in labels)]
-            for m, (label, unit) in names.items()]  # fmt: skip
+    body = [
+        [label, *(fmt(rows[k][m], unit) if m in rows[k] else "n/a" for k in labels)]
+        for m, (label, unit) in names.items()
+    ]
     return text_table(["metric", *labels.values()], [*body, *extra])
 
 
-def ab_lines(cells: Mapping[Hashable, Mapping[str, Cell]], labels: Mapping[Hashable, str], baseline_label: str,
-             names: Mapping[str, tuple[str, str]]) -> list[str]:  # fmt: skip
+def ab_lines(
+    cells: Mapping[Hashable, Mapping[str, Cell]],
+    labels: Mapping[Hashable, str],
+    baseline_label: str,
+    names: Mapping[str, tuple[str, str]],
+) -> list[str]:
     """One line per metric, one column per compared row: the difference [CI] and its call."""
 
     def cell(c: Cell, unit: str) -> str:
@@ -111,6 +132,8 @@ def ab_lines(cells: Mapping[Hashable, Mapping[str, Cell]], labels: Mapping[Hasha
         return text if c.call == "n/a" else f"{text} {c.call}"
 
     keys = [k for k in labels if k in cells]
-    body = [[label, *(cell(cells[k][m], unit) if m in cells[k] else "n/a" for k in keys)]
-            for m, (label, unit) in names.items()]  # fmt: skip
+    body = [
+        [label, *(cell(cells[k][m], unit) if m in cells[k] else "n/a" for k in keys)]
+        for m, (label, unit) in names.items()
+    ]
     return text_table(["metric", *(f"{labels[k]} - {baseline_label}" for k in keys)], body)

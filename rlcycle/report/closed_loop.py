@@ -83,7 +83,9 @@ def loop_metrics(traj: pl.DataFrame, scoring: Scoring | None = None) -> dict[str
     out: dict[str, dict[str, Any]] = {}
     # Versions in the order they served (row order: the runs are concatenated in cycle order).
     # Not by first `ts`: every simulate run starts its simulated clock at the same time.
-    served = [v for v in facts.sort("order").get_column("version").unique(maintain_order=True).to_list() if v in m.metrics]
+    served = [
+        v for v in facts.sort("order").get_column("version").unique(maintain_order=True).to_list() if v in m.metrics
+    ]
     for v in served:
         counts = m.counts[v] | {"complaints_missed": int(missed.filter(C("version") == v).get_column("missed").sum())}
         out[v] = {**m.metrics[v], "dissatisfied_truth": t.metrics[v]["dissatisfied_rate"], "counts": counts}
@@ -144,36 +146,66 @@ def build_report(out: Path, runs: dict[str, Any]) -> dict[str, Any]:
     for c in runs["cycles"]:
         run = out / c["name"]
         base = json.loads((run / "run.json").read_text())["base_id"] if (run / "run.json").exists() else None
-        label(base, (runs.get("start") or {}).get("origin") or ("warm start" if runs.get("warm_start") else "tiny default model (random weights)"))
+        label(
+            base,
+            (runs.get("start") or {}).get("origin")
+            or ("warm start" if runs.get("warm_start") else "tiny default model (random weights)"),
+        )
         traj = run / "collect" / "trajectories.arrow"
         if traj.exists():
             frame = RunDir(run).table("trajectories", online.REQUIRED, online.OPTIONAL)
             frames.append(with_user_verdict(frame).with_columns(run=pl.lit(c["name"])))
         stages = {s["name"]: s for s in c.get("stages", [])}
-        cycles.append({
-            "run": c["name"], "exit_code": c["exit_code"], "wall_s": c["wall_s"],
-            "base": base, "base_label": labels.get(base, {}).get("label"),
-            "samples": stages.get("collect", {}).get("result", {}).get("samples_out"),
-            "train_steps": stages.get("train", {}).get("result", {}).get("steps"),
-            "decision": c.get("decision"), "failed_gates": stages.get("eval", {}).get("result", {}).get("failed_gates", []),
-            **_eval_summary(run), "deployed": c.get("deployed"),
-            "deployed_label": label(c.get("deployed"), f"deployed by {c['name']}"),
-            "stage_seconds": {s["name"]: round(s["seconds"], 1) for s in c.get("stages", []) if s.get("status") != "skipped"},
-            "shared_traffic": c.get("shared_traffic", False),
-        })  # fmt: skip
-    traj = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={"policy_version": pl.String, "run": pl.String})
+        cycles.append(
+            {
+                "run": c["name"],
+                "exit_code": c["exit_code"],
+                "wall_s": c["wall_s"],
+                "base": base,
+                "base_label": labels.get(base, {}).get("label"),
+                "samples": stages.get("collect", {}).get("result", {}).get("samples_out"),
+                "train_steps": stages.get("train", {}).get("result", {}).get("steps"),
+                "decision": c.get("decision"),
+                "failed_gates": stages.get("eval", {}).get("result", {}).get("failed_gates", []),
+                **_eval_summary(run),
+                "deployed": c.get("deployed"),
+                "deployed_label": label(c.get("deployed"), f"deployed by {c['name']}"),
+                "stage_seconds": {
+                    s["name"]: round(s["seconds"], 1) for s in c.get("stages", []) if s.get("status") != "skipped"
+                },
+                "shared_traffic": c.get("shared_traffic", False),
+            }
+        )
+    traj = (
+        pl.concat(frames, how="diagonal_relaxed")
+        if frames
+        else pl.DataFrame(schema={"policy_version": pl.String, "run": pl.String})
+    )
     metrics = loop_metrics(traj, _scoring(out, runs)) if frames else {}
     first = next(iter(metrics), None)
-    versions = [{"id": v, "label": labels.get(v, {}).get("label", "?"), "origin": labels.get(v, {}).get("origin", "?"),
-                 "served_in": traj.filter(C("policy_version") == v).get_column("run").unique(maintain_order=True).to_list(),
-                 "weight_change": _weight_change(home, first, v)}
-                for v in metrics]  # fmt: skip
+    versions = [
+        {
+            "id": v,
+            "label": labels.get(v, {}).get("label", "?"),
+            "origin": labels.get(v, {}).get("origin", "?"),
+            "served_in": traj.filter(C("policy_version") == v).get_column("run").unique(maintain_order=True).to_list(),
+            "weight_change": _weight_change(home, first, v),
+        }
+        for v in metrics
+    ]
     for v, est in _rewards(out, runs).items():
         if v in metrics:
             metrics[v]["reward"] = est
     cells = ab_cells(metrics)
-    return {"cycles": cycles, "versions": versions, "metrics": metrics, "ab": cells,
-            "verdict": _overall(cycles, versions, metrics, cells), "runs": runs, "_traj": traj}  # fmt: skip
+    return {
+        "cycles": cycles,
+        "versions": versions,
+        "metrics": metrics,
+        "ab": cells,
+        "verdict": _overall(cycles, versions, metrics, cells),
+        "runs": runs,
+        "_traj": traj,
+    }
 
 
 def _rewards(out: Path, runs: dict[str, Any]) -> dict[str, Estimate]:
@@ -186,10 +218,15 @@ def _rewards(out: Path, runs: dict[str, Any]) -> dict[str, Estimate]:
             frames.append(pl.read_ipc(path, columns=["session_id", "policy_version", "reward"]))
     if not frames:
         return {}
-    per = (pl.concat(frames).group_by("policy_version", "session_id", maintain_order=True)
-           .agg(y=C("reward").cast(pl.Float64).sum(), x=pl.len().cast(pl.Float64)))  # fmt: skip
-    return {v: stats.ratio_estimate(g.get_column("y").to_numpy(), g.get_column("x").to_numpy())
-            for (v,), g in per.partition_by("policy_version", as_dict=True, maintain_order=True).items()}  # fmt: skip
+    per = (
+        pl.concat(frames)
+        .group_by("policy_version", "session_id", maintain_order=True)
+        .agg(y=C("reward").cast(pl.Float64).sum(), x=pl.len().cast(pl.Float64))
+    )
+    return {
+        v: stats.ratio_estimate(g.get_column("y").to_numpy(), g.get_column("x").to_numpy())
+        for (v,), g in per.partition_by("policy_version", as_dict=True, maintain_order=True).items()
+    }
 
 
 def _scoring(out: Path, runs: dict[str, Any]) -> Scoring:
@@ -208,8 +245,10 @@ def _eval_summary(run: Path) -> dict[str, Any]:
     v = json.loads(path.read_text())
     m = v.get("metrics", {})
     ratio = next((g["value"] for g in v.get("gates", []) if g["name"] == "latency"), None)
-    return {"eval_pass": {side: m.get(side, {}).get("pass@1") for side in ("candidate", "baseline")},
-            "eval_latency_ratio": ratio}  # fmt: skip
+    return {
+        "eval_pass": {side: m.get(side, {}).get("pass@1") for side in ("candidate", "baseline")},
+        "eval_latency_ratio": ratio,
+    }
 
 
 def _weight_change(home: Path, first: str | None, version: str) -> float | None:
@@ -239,10 +278,13 @@ def _overall(cycles, versions, metrics, cells) -> dict[str, Any]:
         summary = f"{last['label']} improved on {first['label']}: {', '.join(better)} (95% CI excludes 0)"
     elif worse:
         summary = f"{last['label']} is worse than {first['label']} on {', '.join(worse)}" + (
-            f" and better on {', '.join(better)}" if better else "")
+            f" and better on {', '.join(better)}" if better else ""
+        )
     else:
-        summary = (f"no improvement detected: neither edit persistence, nor dissatisfied follow-ups, nor "
-                   f"invalid tool calls of {last['label']} differ from {first['label']} with 95% confidence")  # fmt: skip
+        summary = (
+            f"no improvement detected: neither edit persistence, nor dissatisfied follow-ups, nor "
+            f"invalid tool calls of {last['label']} differ from {first['label']} with 95% confidence"
+        )
     reasons = _reasons(cycles, versions, metrics)
     if calls.get("latency_ms") in ("better", "worse"):
         lat = cells[last["id"]]["latency_ms"].diff.value
@@ -254,7 +296,8 @@ def _overall(cycles, versions, metrics, cells) -> dict[str, Any]:
             "batched generate it ran in, so it follows the batch size (set by how sessions line up in the "
             "lock-step scheduler: one session taking an extra turn reshuffles every later batch) and the "
             "machine's load, not the model's speed; it is left out of the verdict"
-            + (f" (the eval's ABBA-ordered candidate/baseline latency ratios: {', '.join(ratios)})" if ratios else ""))  # fmt: skip
+            + (f" (the eval's ABBA-ordered candidate/baseline latency ratios: {', '.join(ratios)})" if ratios else "")
+        )
     refused = [c["run"] for c in cycles if c["decision"] == "refuse"]
     if refused:
         reasons.append(f"the eval gate refused the candidate of {', '.join(refused)}: production stayed")
@@ -266,23 +309,31 @@ def _reasons(cycles, versions, metrics) -> list[str]:
     reasons = []
     counts = [metrics[v["id"]]["counts"] for v in versions]
     if not any(c["edits_with_outcome"] for c in counts):
-        reasons.append("no version made an edit that applied, so edit persistence is undefined and "
-                       "every follow-up complains that nothing changed")  # fmt: skip
+        reasons.append(
+            "no version made an edit that applied, so edit persistence is undefined and "
+            "every follow-up complains that nothing changed"
+        )
     passes = [x for c in cycles for x in (c.get("eval_pass") or {}).values() if x is not None]
     if passes and not any(passes):
-        reasons.append("every eval scored pass@1 = 0 for candidate and baseline alike: nothing "
-                       "succeeded, so the rewards carry no signal about solving tasks, and the gate "
-                       "can only check that nothing regressed")  # fmt: skip
+        reasons.append(
+            "every eval scored pass@1 = 0 for candidate and baseline alike: nothing "
+            "succeeded, so the rewards carry no signal about solving tasks, and the gate "
+            "can only check that nothing regressed"
+        )
     changes = [v["weight_change"] for v in versions[1:] if v["weight_change"] is not None]
     if changes:
-        reasons.append(f"training moved the weights by at most {max(changes):.1e} (relative L2 distance "
-                       f"to {versions[0]['label']}): a few small steps per cycle")  # fmt: skip
+        reasons.append(
+            f"training moved the weights by at most {max(changes):.1e} (relative L2 distance "
+            f"to {versions[0]['label']}): a few small steps per cycle"
+        )
     missed = sum(c["complaints_missed"] for c in counts)
     complained = sum(int(metrics[v["id"]]["dissatisfied_truth"].num) for v in versions)
     if missed:
-        reasons.append(f"the follow-up classifier scored {missed} of {complained} complaints of the "
-                       "simulated user as neutral (e.g. \"you didn't change anything?\"): its "
-                       "dissatisfied rate is far below the users' own, and the reward is noisier")  # fmt: skip
+        reasons.append(
+            f"the follow-up classifier scored {missed} of {complained} complaints of the "
+            'simulated user as neutral (e.g. "you didn\'t change anything?"): its '
+            "dissatisfied rate is far below the users' own, and the reward is noisier"
+        )
     return reasons
 
 
@@ -298,12 +349,35 @@ def render(report: dict[str, Any]) -> str:
     for c in report["cycles"]:
         p = c.get("eval_pass") or {}
         ratio = c.get("eval_latency_ratio")
-        rows.append([c["run"], c["base_label"] or "?", str(c["samples"] or "-"), str(c["train_steps"] or "-"),
-                     f"{_pct(p.get('candidate'))} / {_pct(p.get('baseline'))}" if p else "-",
-                     f"{ratio:.2f}" if ratio is not None else "-", c["decision"] or "-",
-                     ", ".join(c["failed_gates"]) or "-", c["deployed_label"] or "-", f"{c['wall_s']:.0f}s"])  # fmt: skip
-    lines += ab.text_table(["run", "served", "samples", "train steps", "eval pass@1 cand/base", "eval latency ratio",
-                            "decision", "failed gates", "deployed", "wall"], rows)  # fmt: skip
+        rows.append(
+            [
+                c["run"],
+                c["base_label"] or "?",
+                str(c["samples"] or "-"),
+                str(c["train_steps"] or "-"),
+                f"{_pct(p.get('candidate'))} / {_pct(p.get('baseline'))}" if p else "-",
+                f"{ratio:.2f}" if ratio is not None else "-",
+                c["decision"] or "-",
+                ", ".join(c["failed_gates"]) or "-",
+                c["deployed_label"] or "-",
+                f"{c['wall_s']:.0f}s",
+            ]
+        )
+    lines += ab.text_table(
+        [
+            "run",
+            "served",
+            "samples",
+            "train steps",
+            "eval pass@1 cand/base",
+            "eval latency ratio",
+            "decision",
+            "failed gates",
+            "deployed",
+            "wall",
+        ],
+        rows,
+    )
     w("")
     w("Policy versions")
     for v in report["versions"]:
@@ -340,8 +414,11 @@ def as_json(report: dict[str, Any]) -> dict[str, Any]:
         if isinstance(x, (Estimate, ab.Cell)):
             return conv(asdict(x))
         if isinstance(x, dict):
-            return {("/".join(k) if isinstance(k, tuple) else k): conv(v) for k, v in x.items()
-                    if not str(k).startswith("_")}  # fmt: skip
+            return {
+                ("/".join(k) if isinstance(k, tuple) else k): conv(v)
+                for k, v in x.items()
+                if not str(k).startswith("_")
+            }
         if isinstance(x, list):
             return [conv(v) for v in x]
         return x

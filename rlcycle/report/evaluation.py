@@ -36,10 +36,12 @@ def _fmt(name: str, v: Any) -> str:
 def _verdict(run: RunDir) -> Raw:
     v = run.json("verdict")
     decision = str(v.get("decision"))
-    facts = [("decision", badge(decision, DECISION_KIND.get(decision, "neutral"))),
-             ("candidate", v.get("candidate_id") or v.get("candidate", "?")),
-             ("baseline", v.get("baseline_id") or v.get("baseline", "?")),
-             ("paired tasks", f"{v.get('paired_tasks', '?')} (infrastructure errors left out: {v.get('errors', 0)})")]  # fmt: skip
+    facts = [
+        ("decision", badge(decision, DECISION_KIND.get(decision, "neutral"))),
+        ("candidate", v.get("candidate_id") or v.get("candidate", "?")),
+        ("baseline", v.get("baseline_id") or v.get("baseline", "?")),
+        ("paired tasks", f"{v.get('paired_tasks', '?')} (infrastructure errors left out: {v.get('errors', 0)})"),
+    ]
     if v.get("reason"):
         facts.append(("no verdict because", v["reason"]))
     return join([dl(facts), _metrics_table(v), _paired(v), _gates(v)])
@@ -62,18 +64,30 @@ def _metrics_table(v: dict) -> Raw:
 def _paired(v: dict) -> Raw:
     paired = v.get("paired")
     if not paired:
-        return join([tag("h3", "Paired pass-rate difference"),
-                     tag("p", "not available: no paired comparison (too few tasks ran cleanly under both policies)", "na")])  # fmt: skip
+        return join(
+            [
+                tag("h3", "Paired pass-rate difference"),
+                tag("p", "not available: no paired comparison (too few tasks ran cleanly under both policies)", "na"),
+            ]
+        )
     ci, mc = paired.get("pass_rate_diff") or {}, paired.get("mcnemar") or {}
     level = ci.get("level", 0.95)
     drop = (v.get("config") or {}).get("max_pass_rate_drop")
-    text = (f"candidate − baseline pass rate, per task: {ci.get('estimate', 0):+.3f} "
-            f"[{ci.get('low', 0):+.3f}, {ci.get('high', 0):+.3f}] ({level:.0%} cluster-bootstrap CI over "
-            f"{paired.get('clusters', '?')} clusters). McNemar on discordant attempts: candidate only "
-            f"{mc.get('candidate_only', '?')}, baseline only {mc.get('baseline_only', '?')}, p = {svg.num(mc.get('p_value'))}.")  # fmt: skip
-    chart = svg.interval_chart(f"Paired pass-rate difference ({level:.0%} CI)", ci.get("estimate", 0.0),
-                               ci.get("low", 0.0), ci.get("high", 0.0), -drop if drop is not None else None,
-                               lambda x: f"{x:+.2f}", "candidate − baseline")  # fmt: skip
+    text = (
+        f"candidate − baseline pass rate, per task: {ci.get('estimate', 0):+.3f} "
+        f"[{ci.get('low', 0):+.3f}, {ci.get('high', 0):+.3f}] ({level:.0%} cluster-bootstrap CI over "
+        f"{paired.get('clusters', '?')} clusters). McNemar on discordant attempts: candidate only "
+        f"{mc.get('candidate_only', '?')}, baseline only {mc.get('baseline_only', '?')}, p = {svg.num(mc.get('p_value'))}."
+    )
+    chart = svg.interval_chart(
+        f"Paired pass-rate difference ({level:.0%} CI)",
+        ci.get("estimate", 0.0),
+        ci.get("low", 0.0),
+        ci.get("high", 0.0),
+        -drop if drop is not None else None,
+        lambda x: f"{x:+.2f}",
+        "candidate − baseline",
+    )
     return join([tag("h3", "Paired pass-rate difference"), tag("p", text), charts(chart)])
 
 
@@ -81,8 +95,17 @@ def _gates(v: dict) -> Raw:
     gates = v.get("gates") or []
     if not gates:
         return join([tag("h3", "Gates"), tag("p", "no gate was evaluated (no verdict)", "na")])
-    rows = [[g.get("name", ""), g.get("metric", ""), svg.num(g.get("value")), svg.num(g.get("threshold")),
-             badge("pass", "ok") if g.get("passed") else badge("FAIL", "bad"), g.get("detail", "")] for g in gates]  # fmt: skip
+    rows = [
+        [
+            g.get("name", ""),
+            g.get("metric", ""),
+            svg.num(g.get("value")),
+            svg.num(g.get("threshold")),
+            badge("pass", "ok") if g.get("passed") else badge("FAIL", "bad"),
+            g.get("detail", ""),
+        ]
+        for g in gates
+    ]
     return join([tag("h3", "Gates"), table(["gate", "metric", "value", "threshold", "result", "detail"], rows)])
 
 
@@ -101,11 +124,13 @@ def _clusters(run: RunDir) -> Raw:
     clusters = sorted(rates.get_column("cluster").unique().to_list())
     lookup = {(c, p): (r, n) for c, p, r, n in rates.iter_rows()}
     names = [_short(p) for p in policies]
-    series = [svg.Series(name, [lookup.get((c, p), (None, 0))[0] for c in clusters]) for name, p in zip(names, policies, strict=True)]
+    series = [
+        svg.Series(name, [lookup.get((c, p), (None, 0))[0] for c in clusters])
+        for name, p in zip(names, policies, strict=True)
+    ]
     rows = [[c, *(_rate_cell(lookup.get((c, p))) for p in policies)] for c in clusters]
     chart = svg.bar_chart("Pass rate per task cluster", clusters, series, svg.pct)
-    return join([tag("h3", "Pass rate per task cluster"), charts(chart),
-                 table(["cluster", *names], rows)])  # fmt: skip
+    return join([tag("h3", "Pass rate per task cluster"), charts(chart), table(["cluster", *names], rows)])
 
 
 def _short(policy: str | None) -> str:

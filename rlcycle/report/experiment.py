@@ -91,16 +91,30 @@ def build_experiment(out: Path, record: dict[str, Any]) -> dict[str, Any]:
         m = pairing["measured"]
         vs_v0 = {k: paired.paired_cells(m[v0], m[k], metric_names, c) for k, c in vs_v0.items()}
         vs_control = {k: paired.paired_cells(m[last["control"]], m[k], metric_names, c) for k, c in vs_control.items()}
-    return {"seed": record.get("seed"), "cycles": record.get("cycles"), "episodes": record.get("episodes"),
-            "tasks": record.get("tasks"), "sets": record.get("sets", []), "start": record.get("start", {}),
-            "wall_s": record.get("wall_s"), "arms": arms, "rows": rows, "names": names, "last": last,
-            "metric_names": metric_names, "vs_v0": vs_v0, "vs_control": vs_control,
-            "paired": None if pairing is None else pairing["matched"],
-            "verdict": verdict(last, vs_v0, vs_control), "seconds": stage_seconds(arms)}  # fmt: skip
+    return {
+        "seed": record.get("seed"),
+        "cycles": record.get("cycles"),
+        "episodes": record.get("episodes"),
+        "tasks": record.get("tasks"),
+        "sets": record.get("sets", []),
+        "start": record.get("start", {}),
+        "wall_s": record.get("wall_s"),
+        "arms": arms,
+        "rows": rows,
+        "names": names,
+        "last": last,
+        "metric_names": metric_names,
+        "vs_v0": vs_v0,
+        "vs_control": vs_control,
+        "paired": None if pairing is None else pairing["matched"],
+        "verdict": verdict(last, vs_v0, vs_control),
+        "seconds": stage_seconds(arms),
+    }
 
 
-def _paired_rows(out: Path, record: dict[str, Any], arms: dict[str, Any],
-                 last: dict[str, tuple[str, str]]) -> dict[str, Any] | None:  # fmt: skip
+def _paired_rows(
+    out: Path, record: dict[str, Any], arms: dict[str, Any], last: dict[str, tuple[str, str]]
+) -> dict[str, Any] | None:
     """With a v0 measure run (OUT/v0/measure), every row from the measure traffic alone and the
     facts to pair them by session (rlcycle/report/paired.py); None without one, or when an
     arm's last version has no measure run."""
@@ -109,7 +123,10 @@ def _paired_rows(out: Path, record: dict[str, Any], arms: dict[str, Any],
     first_arm = next(iter(record["arms"]))
     scoring = _scoring(out / first_arm, record["arms"][first_arm])
     m0 = paired.measured(out / V0, record["v0"], scoring)
-    measured = {(V0, V0): m0, **{key: paired.measured(out / arm, record["arms"][arm], scoring) for arm, key in last.items()}}
+    measured = {
+        (V0, V0): m0,
+        **{key: paired.measured(out / arm, record["arms"][arm], scoring) for arm, key in last.items()},
+    }
     if any(m is None for m in measured.values()):
         return None
     rows: dict[tuple[str, str], dict[str, Estimate]] = {}
@@ -129,21 +146,30 @@ def verdict(last: dict[str, tuple[str, str]], vs_v0: dict, vs_control: dict) -> 
     if "treatment" not in last or "control" not in last:
         return {"learned": None, "summary": "needs a treatment and a control arm", "on": []}
     t, c = last["treatment"], last["control"]
-    calls = {m: {"treatment_vs_v0": _call(vs_v0, t, m), "control_vs_v0": _call(vs_v0, c, m),
-                 "treatment_vs_control": _call(vs_control, t, m)} for m in LEARN_METRICS}  # fmt: skip
+    calls = {
+        m: {
+            "treatment_vs_v0": _call(vs_v0, t, m),
+            "control_vs_v0": _call(vs_v0, c, m),
+            "treatment_vs_control": _call(vs_control, t, m),
+        }
+        for m in LEARN_METRICS
+    }
     on = [m for m, x in calls.items() if x["treatment_vs_v0"] == "better" and x["treatment_vs_control"] == "better"]
     control_up = [m for m, x in calls.items() if x["control_vs_v0"] == "better"]
     learned = bool(on) and not control_up
     label = {m: SHOWN[m][0].split(" (")[0] for m in LEARN_METRICS}
     if learned:
-        summary = (f"treatment {t[1]} beats v0 and control {c[1]} on {', '.join(label[m] for m in on)} "
-                   "(95% CIs exclude 0); control does not beat v0")  # fmt: skip
+        summary = (
+            f"treatment {t[1]} beats v0 and control {c[1]} on {', '.join(label[m] for m in on)} "
+            "(95% CIs exclude 0); control does not beat v0"
+        )
     elif control_up:
         summary = f"control {c[1]} also beats v0 on {', '.join(label[m] for m in control_up)}: not attributable to the rewards"
     else:
-        summary = ("no metric shows treatment beating both v0 and control with 95% confidence: "
-                   + "; ".join(f"{label[m]}: vs v0 {x['treatment_vs_v0']}, vs control {x['treatment_vs_control']}"
-                               for m, x in calls.items()))  # fmt: skip
+        summary = "no metric shows treatment beating both v0 and control with 95% confidence: " + "; ".join(
+            f"{label[m]}: vs v0 {x['treatment_vs_v0']}, vs control {x['treatment_vs_control']}"
+            for m, x in calls.items()
+        )
     return {"learned": learned, "summary": summary, "on": on, "control_improved_on": control_up, "calls": calls}
 
 
@@ -178,8 +204,10 @@ def render_experiment(report: dict[str, Any]) -> str:
     lines: list[str] = []
     w = lines.append
     start = report["start"] or {}
-    w(f"Experiment: arms {', '.join(report['arms'])}; {report['cycles']} cycles x {report['episodes']} sessions; "
-      f"seed {report['seed']}; start: {start.get('origin', '?')}; tasks {report['tasks']}")  # fmt: skip
+    w(
+        f"Experiment: arms {', '.join(report['arms'])}; {report['cycles']} cycles x {report['episodes']} sessions; "
+        f"seed {report['seed']}; start: {start.get('origin', '?')}; tasks {report['tasks']}"
+    )
     if report["sets"]:
         w(f"  --set {' --set '.join(report['sets'])}")
     for arm, rep in report["arms"].items():
@@ -209,8 +237,10 @@ def render_experiment(report: dict[str, Any]) -> str:
     w("")
     w("Seconds per stage (median over the cycles that ran it; cached stages left out)")
     header = ["arm", *STAGES, "per cycle", "measure", "arm total"]
-    rows = [[arm, *("-" if s.get(k) is None else f"{s[k]:.1f}" for k in (*STAGES, "cycle", "measure", "total"))]
-            for arm, s in report["seconds"].items()]  # fmt: skip
+    rows = [
+        [arm, *("-" if s.get(k) is None else f"{s[k]:.1f}" for k in (*STAGES, "cycle", "measure", "total"))]
+        for arm, s in report["seconds"].items()
+    ]
     lines += ab.text_table(header, rows)
     if report.get("wall_s") is not None:
         w(f"  wall time, all arms: {report['wall_s']:.0f} s")
@@ -229,7 +259,7 @@ def write_report_dir(out: Path, record: dict[str, Any], report: dict[str, Any]) 
     by session as the text report does. None when no arm has trajectories."""
     is_paired = bool(report.get("paired"))
     frames = _measure_frames(out, report["last"]) if is_paired else []
-    for arm, rep in ([] if is_paired else report["arms"].items()):
+    for arm, rep in [] if is_paired else report["arms"].items():
         traj: pl.DataFrame = rep.get("_traj")
         if traj is None or traj.height == 0 or not rep["versions"]:
             continue
@@ -238,8 +268,12 @@ def write_report_dir(out: Path, record: dict[str, Any], report: dict[str, Any]) 
             traj = traj.filter(pl.col("policy_version") != rep["versions"][0]["id"])
         # ts null: each simulate run starts its simulated clock at the same instant, so the
         # online section orders the versions by first appearance (this concatenation's order).
-        frames.append(traj.with_columns(pl.col("policy_version").replace_strict(names, default=None),
-                                        pl.lit(None, pl.Datetime("ms", "UTC")).alias("ts")).drop("run"))  # fmt: skip
+        frames.append(
+            traj.with_columns(
+                pl.col("policy_version").replace_strict(names, default=None),
+                pl.lit(None, pl.Datetime("ms", "UTC")).alias("ts"),
+            ).drop("run")
+        )
     if not frames:
         return None
     root = out / "report"
@@ -251,8 +285,15 @@ def write_report_dir(out: Path, record: dict[str, Any], report: dict[str, Any]) 
         pairs += [[lasts["control"], v] for a, v in lasts.items() if a != "control"]
     doc: dict[str, Any] = {"pairs": pairs, **({"paired": True} if is_paired else {})}
     rio.atomic_write_text(root / "comparisons.json", json.dumps(doc, indent=2) + "\n")
-    first_distill = next((out / arm / c["name"] / "distill" / "reward_report.json" for arm, runs in record["arms"].items()
-                          for c in runs["cycles"] if (out / arm / c["name"] / "distill" / "reward_report.json").exists()), None)  # fmt: skip
+    first_distill = next(
+        (
+            out / arm / c["name"] / "distill" / "reward_report.json"
+            for arm, runs in record["arms"].items()
+            for c in runs["cycles"]
+            if (out / arm / c["name"] / "distill" / "reward_report.json").exists()
+        ),
+        None,
+    )
     if first_distill is not None:
         (root / "distill").mkdir(exist_ok=True)
         shutil.copy2(first_distill, root / "distill" / "reward_report.json")
@@ -271,6 +312,7 @@ def _measure_frames(out: Path, last: dict[str, tuple[str, str]]) -> list[pl.Data
     for root, name in runs:
         run = RunDir(root / paired.MEASURE)
         traj = with_user_verdict(run.table("trajectories", online.REQUIRED, online.OPTIONAL))
-        frames.append(traj.with_columns(pl.lit(name).alias("policy_version"),
-                                        pl.lit(None, pl.Datetime("ms", "UTC")).alias("ts")))  # fmt: skip
+        frames.append(
+            traj.with_columns(pl.lit(name).alias("policy_version"), pl.lit(None, pl.Datetime("ms", "UTC")).alias("ts"))
+        )
     return frames

@@ -21,13 +21,15 @@ def _facts(run: RunDir) -> Raw:
     base = info.get("base_id") or "unknown (no run.json)"
     if info.get("base"):
         base = f"{base} ({info['base']})"
-    return dl([
-        ("run directory", str(run.path.resolve())),
-        ("base checkpoint", base),
-        ("candidate", _candidate(run)),
-        ("decision", _decision(run)),
-        ("deployed", _deployed(run)),
-    ])  # fmt: skip
+    return dl(
+        [
+            ("run directory", str(run.path.resolve())),
+            ("base checkpoint", base),
+            ("candidate", _candidate(run)),
+            ("decision", _decision(run)),
+            ("deployed", _deployed(run)),
+        ]
+    )
 
 
 def _candidate(run: RunDir) -> str:
@@ -79,9 +81,24 @@ def _stages(run: RunDir) -> Raw:
         total += seconds or 0.0
         result = m.get("result", {})
         summary = "  ".join(f"{k}={compact(v, 60)}" for k, v in result.items() if k not in ("status", "verdict"))
-        rows.append([stage, badge(state, STATE_KIND[state]), result.get("status", "ran" if m else ""),
-                     "" if seconds is None else f"{seconds:,.1f} s", m.get("finished", ""), summary])  # fmt: skip
+        rows.append(
+            [
+                stage,
+                badge(state, STATE_KIND[state]),
+                result.get("status", "ran" if m else ""),
+                "" if seconds is None else f"{seconds:,.1f} s",
+                m.get("finished", ""),
+                summary,
+            ]
+        )
     rows.append([tag("b", "total"), "", "", f"{total:,.1f} s", "", ""])
     note = tag("p", "Times are those of the run that wrote each manifest (a cached rerun keeps them).", "note")
-    return join([tag("h3", "Stages"), Raw('<div class="scroll">'), table(
-        ["stage", "state", "status", "time", "finished", "result"], rows), Raw("</div>"), note])  # fmt: skip
+    return join(
+        [
+            tag("h3", "Stages"),
+            Raw('<div class="scroll">'),
+            table(["stage", "state", "status", "time", "finished", "result"], rows),
+            Raw("</div>"),
+            note,
+        ]
+    )

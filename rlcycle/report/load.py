@@ -40,14 +40,20 @@ class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not self.path.exists():
-            raise InputError(f"run directory {self.path}: no such directory",
-                             hint="pass the --run-dir of an `rlcycle cycle` run, e.g. `rlcycle report runs/cycle`")  # fmt: skip
+            raise InputError(
+                f"run directory {self.path}: no such directory",
+                hint="pass the --run-dir of an `rlcycle cycle` run, e.g. `rlcycle report runs/cycle`",
+            )
         if not self.path.is_dir():
-            raise InputError(f"run directory {self.path}: is a file, expected a directory",
-                             hint="pass the directory that holds run.json and the stage folders")  # fmt: skip
+            raise InputError(
+                f"run directory {self.path}: is a file, expected a directory",
+                hint="pass the directory that holds run.json and the stage folders",
+            )
         if not (self.path / "run.json").exists() and not any((self.path / s).is_dir() for s in STAGES):
-            raise InputError(f"{self.path}: not a run directory (no run.json and no stage folder)",
-                             hint="run `rlcycle cycle --run-dir DIR` first, then `rlcycle report DIR`")  # fmt: skip
+            raise InputError(
+                f"{self.path}: not a run directory (no run.json and no stage folder)",
+                hint="run `rlcycle cycle --run-dir DIR` first, then `rlcycle report DIR`",
+            )
         self._cache: dict[str, Any] = {}
 
     # --- manifests ----------------------------------------------------------------------------

@@ -41,9 +41,13 @@ class Scoring:
 
     def classifier(self) -> online.Classifier:
         p = self.params
-        return functools.partial(followup.score_texts, hook=p.get("hook"), phrases=p.get("phrases", followup.DISSATISFIED),
-                                 satisfied=p.get("satisfied", followup.SATISFIED),
-                                 negations=p.get("negations", followup.NEGATIONS))  # fmt: skip
+        return functools.partial(
+            followup.score_texts,
+            hook=p.get("hook"),
+            phrases=p.get("phrases", followup.DISSATISFIED),
+            satisfied=p.get("satisfied", followup.SATISFIED),
+            negations=p.get("negations", followup.NEGATIONS),
+        )
 
 
 def run_scoring(run: RunDir) -> Scoring:
@@ -55,10 +59,17 @@ def run_scoring(run: RunDir) -> Scoring:
     config = report.get("config") or {}
     signals = (report.get("spec") or {}).get("signals") or []
     params = next((s.get("params") or {} for s in signals if s.get("name") == "dissatisfied_followup"), {})
-    scoring = {"phrases": params.get("phrases"), "satisfied": params.get("satisfied_phrases"), "negations": params.get("negations")}
-    out = Scoring({k: v for k, v in scoring.items() if v is not None},
-                  list(config.get("clarify_tools") or online.CLARIFY_TOOLS), list(config.get("edit_tools") or online.EDIT_TOOLS),
-                  "the phrase rules of the run's reward spec (rlcycle/distill/followup.py)")  # fmt: skip
+    scoring = {
+        "phrases": params.get("phrases"),
+        "satisfied": params.get("satisfied_phrases"),
+        "negations": params.get("negations"),
+    }
+    out = Scoring(
+        {k: v for k, v in scoring.items() if v is not None},
+        list(config.get("clarify_tools") or online.CLARIFY_TOOLS),
+        list(config.get("edit_tools") or online.EDIT_TOOLS),
+        "the phrase rules of the run's reward spec (rlcycle/distill/followup.py)",
+    )
     if params.get("classifier"):
         try:
             out.params["hook"] = resolve_callable(params["classifier"])

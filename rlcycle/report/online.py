@@ -39,8 +39,15 @@ def _body(run: RunDir) -> Raw:
         f"({', '.join(scoring.clarify_tools) or 'no clarify tools'}) are not counted.",
         *m.notes,
     ]
-    return join([charts(*figures), _table(m, shown), _ab(run, m, shown, scoring), *(tag("p", n, "note") for n in notes),
-                 _complaints(m)])  # fmt: skip
+    return join(
+        [
+            charts(*figures),
+            _table(m, shown),
+            _ab(run, m, shown, scoring),
+            *(tag("p", n, "note") for n in notes),
+            _complaints(m),
+        ]
+    )
 
 
 def _chart(name: str, m: OnlineMetrics) -> str:
@@ -60,8 +67,9 @@ def _cell(e: Estimate, unit: str, noun: str) -> Raw:
 
 def _table(m: OnlineMetrics, shown: list[str]) -> Raw:
     """Metrics as rows, policy versions as columns (versions are few, metrics have long names)."""
-    rows: list[list[Any]] = [[key, "", *(f"{m.counts[v][key]:,}" for v in m.versions)]
-                             for key in ("samples", "episodes", "sessions")]  # fmt: skip
+    rows: list[list[Any]] = [
+        [key, "", *(f"{m.counts[v][key]:,}" for v in m.versions)] for key in ("samples", "episodes", "sessions")
+    ]
     for name in shown:
         spec = METRICS[name]
         rows.append([spec.title, spec.how, *(_cell(m.metrics[v][name], spec.unit, spec.noun) for v in m.versions)])
@@ -98,9 +106,13 @@ def _ab(run: RunDir, m: OnlineMetrics, shown: list[str], scoring: metrics.Scorin
         done = {(a, b): paired.version_cells(traj, scoring, a, b, shown) for a, b in pairs}
         cells = {pair: c for pair, (c, _) in done.items()}
         matched = ", ".join(f"{b} − {a}: {n}" for (a, b), (_, n) in done.items())
-        note = tag("p", "Paired by session: every version served the same sessions (the same tasks, simulated "
-                   f"users and sampling seeds), so each difference is over matched sessions ({matched}); "
-                   "rlcycle.stats.paired_difference, as the experiment's text report.", "note")  # fmt: skip
+        note = tag(
+            "p",
+            "Paired by session: every version served the same sessions (the same tasks, simulated "
+            f"users and sampling seeds), so each difference is over matched sessions ({matched}); "
+            "rlcycle.stats.paired_difference, as the experiment's text report.",
+            "note",
+        )
     else:
         cells = {(a, b): ab.ab_table({a: m.metrics[a], b: m.metrics[b]}, a, shown)[b] for a, b in pairs}
     rows = []
@@ -109,18 +121,36 @@ def _ab(run: RunDir, m: OnlineMetrics, shown: list[str], scoring: metrics.Scorin
         row: list[Any] = [spec.title]
         for pair in pairs:
             c = cells[pair].get(name)
-            row.append("n/a" if c is None or c.call == "n/a" and c.diff.value is None else f"{ab.fmt(c.diff, spec.unit, signed=True)} {c.call}")
+            row.append(
+                "n/a"
+                if c is None or c.call == "n/a" and c.diff.value is None
+                else f"{ab.fmt(c.diff, spec.unit, signed=True)} {c.call}"
+            )
         rows.append(row)
     head = ["metric", *(f"{b} − {a}" for a, b in pairs)]
-    return join([tag("h3", "A/B: differences with 95% CI (better/worse only where the CI excludes 0)"),
-                 Raw('<div class="scroll">'), table(head, rows, "data nowrap"), Raw("</div>"), note])  # fmt: skip
+    return join(
+        [
+            tag("h3", "A/B: differences with 95% CI (better/worse only where the CI excludes 0)"),
+            Raw('<div class="scroll">'),
+            table(head, rows, "data nowrap"),
+            Raw("</div>"),
+            note,
+        ]
+    )
 
 
 def _complaints(m: OnlineMetrics, limit: int = 300) -> Raw:
     """The newest dissatisfied follow-ups per version: what users complained about, verbatim."""
-    rows = [[v, episode, text if len(text) <= limit else text[: limit - 1] + "…"]
-            for v in m.versions for episode, text in m.complaints.get(v, [])]  # fmt: skip
+    rows = [
+        [v, episode, text if len(text) <= limit else text[: limit - 1] + "…"]
+        for v in m.versions
+        for episode, text in m.complaints.get(v, [])
+    ]
     if not rows:
         return tag("p", "No follow-up was classified dissatisfied.", "note")
-    return join([tag("h3", "Newest dissatisfied follow-ups per policy version"),
-                 table(["policy version", "episode", "follow-up (as the user wrote it)"], rows)])  # fmt: skip
+    return join(
+        [
+            tag("h3", "Newest dissatisfied follow-ups per policy version"),
+            table(["policy version", "episode", "follow-up (as the user wrote it)"], rows),
+        ]
+    )

@@ -56,7 +56,7 @@ def not_available(why: str) -> Raw:
 
 
 def charts(*svgs: str) -> Raw:
-    return Raw('<div class="charts">' + "".join(f'<figure>{s}</figure>' for s in svgs) + "</div>")
+    return Raw('<div class="charts">' + "".join(f"<figure>{s}</figure>" for s in svgs) + "</div>")
 
 
 def compact(value: Any, limit: int = 90) -> str:
@@ -78,8 +78,12 @@ class Section:
         return f'<section id="{esc(self.id)}"{cls}><h2>{esc(self.title)}</h2>{self.body}</section>'
 
     def summary(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "available": self.available,
-                **({"why": self.why} if self.why else {})}  # fmt: skip
+        return {
+            "id": self.id,
+            "title": self.title,
+            "available": self.available,
+            **({"why": self.why} if self.why else {}),
+        }
 
 
 def block(fn: Callable[..., Raw], *args: Any) -> tuple[Raw, str | None]:

@@ -41,7 +41,9 @@ def pair_key(traj: pl.DataFrame) -> pl.DataFrame:
     return traj.with_columns(C("session_id").str.replace(RUN_PREFIX.pattern, ""))
 
 
-def measured(out: Path, runs: dict[str, Any], scoring: Scoring) -> tuple[dict[str, Any], pl.DataFrame, pl.DataFrame] | None:
+def measured(
+    out: Path, runs: dict[str, Any], scoring: Scoring
+) -> tuple[dict[str, Any], pl.DataFrame, pl.DataFrame] | None:
     """(metrics of the one version its measure run served, its facts, its user-label facts),
     the sessions keyed by pair key; None when the run has no trajectories."""
     path = out / MEASURE / "collect" / "trajectories.arrow"
@@ -55,8 +57,12 @@ def measured(out: Path, runs: dict[str, Any], scoring: Scoring) -> tuple[dict[st
     return next(iter(metrics.values())), facts, _user_labels(facts)
 
 
-def paired_cells(a: tuple[Any, pl.DataFrame, pl.DataFrame], b: tuple[Any, pl.DataFrame, pl.DataFrame],
-                 names: list[str], independent: dict[str, ab.Cell]) -> dict[str, ab.Cell]:  # fmt: skip
+def paired_cells(
+    a: tuple[Any, pl.DataFrame, pl.DataFrame],
+    b: tuple[Any, pl.DataFrame, pl.DataFrame],
+    names: list[str],
+    independent: dict[str, ab.Cell],
+) -> dict[str, ab.Cell]:
     """b − a per metric of `names` on the matched sessions; a metric the pairing cannot give
     (the mean reward) keeps its independent cell from `independent`."""
     diffs, _ = online.paired_differences(a[1], b[1])
@@ -79,7 +85,9 @@ def matched_sessions(a: tuple[Any, pl.DataFrame, pl.DataFrame], b: tuple[Any, pl
     return online.paired_differences(a[1], b[1])[1]
 
 
-def version_cells(traj: pl.DataFrame, scoring: Scoring, a: str, b: str, names: list[str]) -> tuple[dict[str, ab.Cell], int]:
+def version_cells(
+    traj: pl.DataFrame, scoring: Scoring, a: str, b: str, names: list[str]
+) -> tuple[dict[str, ab.Cell], int]:
     """b − a per metric of `names`, paired by session, for two policy versions of one
     trajectories table whose sessions carry the pair key (`rlcycle report` of OUT/report with
     comparisons.json `"paired": true`); and how many sessions were matched."""

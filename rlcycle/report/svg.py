@@ -18,7 +18,11 @@ from html import escape
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 WIDTH = 640
-LINE_STYLES = ('stroke-width="3.2"', 'stroke-width="2" stroke-dasharray="7 4"', 'stroke-width="1.4" stroke-dasharray="2 3"')
+LINE_STYLES = (
+    'stroke-width="3.2"',
+    'stroke-width="2" stroke-dasharray="7 4"',
+    'stroke-width="1.4" stroke-dasharray="2 3"',
+)
 FONT = 'font-family="system-ui, -apple-system, Segoe UI, sans-serif" font-size="11"'
 
 Fmt = Callable[[float], str]
@@ -101,8 +105,10 @@ class _Canvas:
         self.add(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" {extra}>{escape(s)}</text>')
 
     def done(self) -> str:
-        head = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {self.height}" '
-                f'role="img" aria-label="{escape(self.title)}" class="chart" {FONT}>')  # fmt: skip
+        head = (
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {self.height}" '
+            f'role="img" aria-label="{escape(self.title)}" class="chart" {FONT}>'
+        )
         title = f'<text x="8" y="16" font-size="13" font-weight="600">{escape(self.title)}</text>'
         return head + title + "".join(self.parts) + "</svg>"
 
@@ -115,8 +121,10 @@ class _Canvas:
                 x, y = 8.0, y + 15
             color = PALETTE[i % len(PALETTE)]
             if lines:
-                self.add(f'<line x1="{x:.1f}" x2="{x + 18:.1f}" y1="{y - 4:.1f}" y2="{y - 4:.1f}" stroke="{color}" '
-                         f'{LINE_STYLES[i % len(LINE_STYLES)]}/>')  # fmt: skip
+                self.add(
+                    f'<line x1="{x:.1f}" x2="{x + 18:.1f}" y1="{y - 4:.1f}" y2="{y - 4:.1f}" stroke="{color}" '
+                    f"{LINE_STYLES[i % len(LINE_STYLES)]}/>"
+                )
             else:
                 self.add(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" fill="{color}"/>')
             self.text(x + (22 if lines else 14), y, name, "start")
@@ -152,8 +160,9 @@ def no_data(title: str, why: str = "no data") -> str:
     return c.done()
 
 
-def bar_chart(title: str, categories: Sequence[str], series: Sequence[Series], fmt: Fmt = num,
-              height: int = 240) -> str:  # fmt: skip
+def bar_chart(
+    title: str, categories: Sequence[str], series: Sequence[Series], fmt: Fmt = num, height: int = 240
+) -> str:
     """Grouped bars: one group per category, one bar per series, optional error bars."""
     values = [v for s in series for v in (*s.values, *(s.low or ()), *(s.high or ()))]
     vals = _finite(values)
@@ -192,18 +201,29 @@ def _bar(c: _Canvas, s: Series, i: int, cat: str, x: float, w: float, y, fmt: Fm
     hi = s.high[i] if s.high else None
     ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None and hi is not None else ""
     tip = escape(f"{s.name} · {cat}: {fmt(v)}{ci}")
-    c.add(f'<rect x="{x + 1:.1f}" y="{top:.1f}" width="{max(w - 2, 1):.1f}" height="{max(base - top, 0.5):.1f}" '
-          f'fill="{color}"><title>{tip}</title></rect>')  # fmt: skip
+    c.add(
+        f'<rect x="{x + 1:.1f}" y="{top:.1f}" width="{max(w - 2, 1):.1f}" height="{max(base - top, 0.5):.1f}" '
+        f'fill="{color}"><title>{tip}</title></rect>'
+    )
     if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
         mid = x + w / 2
-        c.add(f'<path d="M{mid:.1f},{y(lo):.1f}V{y(hi):.1f}M{mid - 4:.1f},{y(lo):.1f}h8M{mid - 4:.1f},{y(hi):.1f}h8" '
-              f'stroke="#222" stroke-width="1.2" fill="none"/>')  # fmt: skip
+        c.add(
+            f'<path d="M{mid:.1f},{y(lo):.1f}V{y(hi):.1f}M{mid - 4:.1f},{y(lo):.1f}h8M{mid - 4:.1f},{y(hi):.1f}h8" '
+            f'stroke="#222" stroke-width="1.2" fill="none"/>'
+        )
     if label:
         c.text(x + w + 4, (top if v >= 0 else base) + (10 if v >= 0 else -2), fmt(v), "start", 'fill="#333"')
 
 
-def line_chart(title: str, x: Sequence[float], series: Sequence[Series], fmt: Fmt = num, x_label: str = "step",
-               height: int = 220, marks: Sequence[float] = ()) -> str:  # fmt: skip
+def line_chart(
+    title: str,
+    x: Sequence[float],
+    series: Sequence[Series],
+    fmt: Fmt = num,
+    x_label: str = "step",
+    height: int = 220,
+    marks: Sequence[float] = (),
+) -> str:
     """Lines over a shared numeric x (training steps); None values break the line; `marks`
     (skipped steps) are drawn as dashed red verticals."""
     series = [s for s in series if _finite(s.values)]
@@ -228,8 +248,10 @@ def line_chart(title: str, x: Sequence[float], series: Sequence[Series], fmt: Fm
             c.text(px(t), c.bottom + 14, f"{t:g}", extra='fill="#555"')
     c.text((c.left + c.right) / 2, c.bottom + 28, x_label, extra='fill="#555"')
     for m in marks:
-        c.add(f'<line x1="{px(m):.1f}" x2="{px(m):.1f}" y1="{c.top}" y2="{c.bottom}" stroke="#D55E00" '
-              f'stroke-dasharray="3 3"><title>{escape(f"{x_label} {m:g} skipped")}</title></line>')  # fmt: skip
+        c.add(
+            f'<line x1="{px(m):.1f}" x2="{px(m):.1f}" y1="{c.top}" y2="{c.bottom}" stroke="#D55E00" '
+            f'stroke-dasharray="3 3"><title>{escape(f"{x_label} {m:g} skipped")}</title></line>'
+        )
     for j, s in enumerate(series):
         _line(c, s, x, px, y, fmt, j, markers=len(x) <= 60)
     return c.done()
@@ -254,8 +276,15 @@ def _line(c: _Canvas, s: Series, x: Sequence[float], px, y, fmt: Fmt, j: int, ma
             c.add(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" {style}/>')
 
 
-def interval_chart(title: str, estimate: float, low: float, high: float, threshold: float | None = None,
-                   fmt: Fmt = num, label: str = "") -> str:  # fmt: skip
+def interval_chart(
+    title: str,
+    estimate: float,
+    low: float,
+    high: float,
+    threshold: float | None = None,
+    fmt: Fmt = num,
+    label: str = "",
+) -> str:
     """One estimate with its interval on a horizontal axis, with 0 and an optional gate line."""
     if threshold is not None:
         threshold += 0.0  # -0.0 (a max drop of 0) prints as "0"
@@ -271,15 +300,21 @@ def interval_chart(title: str, estimate: float, low: float, high: float, thresho
         return c.left + (v - lo) / (hi - lo) * (c.right - c.left)
 
     for t, text in zip(ticks, tick_labels(ticks, fmt), strict=True):
-        c.add(f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{c.top}" y2="{c.bottom}" stroke="{"#888" if t == 0 else "#e3e3e3"}"/>')
+        c.add(
+            f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{c.top}" y2="{c.bottom}" stroke="{"#888" if t == 0 else "#e3e3e3"}"/>'
+        )
         c.text(px(t), c.bottom + 14, text, extra='fill="#555"')
     if threshold is not None:
-        c.add(f'<line x1="{px(threshold):.1f}" x2="{px(threshold):.1f}" y1="{c.top}" y2="{c.bottom}" '
-              'stroke="#D55E00" stroke-dasharray="4 3"/>')  # fmt: skip
+        c.add(
+            f'<line x1="{px(threshold):.1f}" x2="{px(threshold):.1f}" y1="{c.top}" y2="{c.bottom}" '
+            'stroke="#D55E00" stroke-dasharray="4 3"/>'
+        )
         c.text(px(threshold) + 4, c.top + 10, f"gate {fmt(threshold)}", "start", 'fill="#D55E00"')
     mid = (c.top + c.bottom) / 2
     tip = escape(f"{label or title}: {fmt(estimate)} [{fmt(low)}, {fmt(high)}]")
-    c.add(f'<path d="M{px(low):.1f},{mid:.1f}H{px(high):.1f}M{px(low):.1f},{mid - 6:.1f}v12M{px(high):.1f},{mid - 6:.1f}v12" '
-          f'stroke="#0072B2" stroke-width="2" fill="none"/>')  # fmt: skip
+    c.add(
+        f'<path d="M{px(low):.1f},{mid:.1f}H{px(high):.1f}M{px(low):.1f},{mid - 6:.1f}v12M{px(high):.1f},{mid - 6:.1f}v12" '
+        f'stroke="#0072B2" stroke-width="2" fill="none"/>'
+    )
     c.add(f'<circle cx="{px(estimate):.1f}" cy="{mid:.1f}" r="5" fill="#0072B2"><title>{tip}</title></circle>')
     return c.done()

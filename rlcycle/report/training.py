@@ -24,12 +24,25 @@ CHARTS = (  # (title, columns)
     ("Importance ratio", ("ratio_mean", "ratio_min", "ratio_max")),
     ("Throughput (tokens/s)", ("tokens_per_s",)),
 )
-SUMMARY = ("loss", "pg_loss", "kl_ref", "mismatch_kl", "ess", "clip_frac", "ratio_mean", "grad_norm",
-           "lr", "tokens", "padding_fraction", "tokens_per_s", "step_seconds")  # fmt: skip
+SUMMARY = (
+    "loss",
+    "pg_loss",
+    "kl_ref",
+    "mismatch_kl",
+    "ess",
+    "clip_frac",
+    "ratio_mean",
+    "grad_norm",
+    "lr",
+    "tokens",
+    "padding_fraction",
+    "tokens_per_s",
+    "step_seconds",
+)
 NOTES = {
     "kl_ref": "KL to the frozen base (only with kl_coef > 0)",
     "mismatch_kl": "KL(sampler ‖ trainer) over loss tokens; large at step 1 means the examples' logprobs "
-                   "do not match the base (another checkpoint, tempered logprobs, a template drift)",
+    "do not match the base (another checkpoint, tempered logprobs, a template drift)",
 }
 
 
@@ -43,14 +56,19 @@ def _body(run: RunDir) -> Raw:
     if frame.height == 0:
         raise Unavailable("train_metrics.arrow has no rows (no optimizer step ran)")
     frame = frame.sort("step")
-    skipped = frame.get_column("skipped").fill_null(False) if "skipped" in frame.columns else pl.Series([False] * frame.height)
+    skipped = (
+        frame.get_column("skipped").fill_null(False)
+        if "skipped" in frame.columns
+        else pl.Series([False] * frame.height)
+    )
     steps = frame.get_column("step").to_list()
     figures = [_chart(title, cols, frame, steps, skipped) for title, cols in CHARTS]
     notes = [f"{k}: {v}." for k, v in NOTES.items()]
     if skipped.any():
         notes.insert(0, "Dashed vertical lines: skipped steps (non-finite loss or gradient; no update was made).")
-    return join([_facts(run, frame, skipped), charts(*figures), _summary(frame, skipped),
-                 *(tag("p", n, "note") for n in notes)])  # fmt: skip
+    return join(
+        [_facts(run, frame, skipped), charts(*figures), _summary(frame, skipped), *(tag("p", n, "note") for n in notes)]
+    )
 
 
 def _facts(run: RunDir, frame: pl.DataFrame, skipped: pl.Series) -> Raw:
@@ -60,8 +78,13 @@ def _facts(run: RunDir, frame: pl.DataFrame, skipped: pl.Series) -> Raw:
         ("steps", f"{frame.height} ({len(bad)} skipped{': ' + ', '.join(map(str, bad[:20])) if bad else ''})"),
     ]
     if cfg:
-        items.append(("objective", f"{cfg.get('objective', '?')}, lr {cfg.get('lr', '?')}, batch size "
-                                   f"{cfg.get('batch_size', '?')}, kl_coef {cfg.get('kl_coef', '?')}"))  # fmt: skip
+        items.append(
+            (
+                "objective",
+                f"{cfg.get('objective', '?')}, lr {cfg.get('lr', '?')}, batch size "
+                f"{cfg.get('batch_size', '?')}, kl_coef {cfg.get('kl_coef', '?')}",
+            )
+        )
     if "tokens" in frame.columns:
         items.append(("tokens", f"{int(frame.get_column('tokens').fill_null(0).sum()):,}"))
     return dl(items)
@@ -86,7 +109,19 @@ def _summary(frame: pl.DataFrame, skipped: pl.Series) -> Raw:
         vals = [v for v in _values(frame, col, skipped) if v is not None]
         if not vals:
             continue
-        rows.append([col, svg.num(vals[0]), svg.num(vals[-1]), svg.num(sum(vals) / len(vals)),
-                     svg.num(min(vals)), svg.num(max(vals))])  # fmt: skip
-    return join([tag("h3", "Per-step metrics (steps that were not skipped)"),
-                 table(["metric", "first", "last", "mean", "min", "max"], rows)])  # fmt: skip
+        rows.append(
+            [
+                col,
+                svg.num(vals[0]),
+                svg.num(vals[-1]),
+                svg.num(sum(vals) / len(vals)),
+                svg.num(min(vals)),
+                svg.num(max(vals)),
+            ]
+        )
+    return join(
+        [
+            tag("h3", "Per-step metrics (steps that were not skipped)"),
+            table(["metric", "first", "last", "mean", "min", "max"], rows),
+        ]
+    )

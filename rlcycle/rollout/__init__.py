@@ -41,14 +41,12 @@ class RolloutConfig:
     )
     ray_address: str | None = cfg(
         None,
-        help="Ray cluster to join (e.g. ray://head:10001 or "
-        "auto); default: RAY_ADDRESS, else a local Ray.",
+        help="Ray cluster to join (e.g. ray://head:10001 or auto); default: RAY_ADDRESS, else a local Ray.",
     )
     workers_per_node: int = cfg(1, help="Ray actors per node; each holds `sandboxes` sandboxes.")
     worker_retries: int = cfg(
         2,
-        help="Reruns, on another worker, of an episode whose Ray worker "
-        "died; then it is an infrastructure error.",
+        help="Reruns, on another worker, of an episode whose Ray worker died; then it is an infrastructure error.",
     )
 
     def validate(self) -> list[str]:
@@ -61,9 +59,7 @@ class RolloutConfig:
 
     def rollout(self) -> RolloutConfig:
         """Just this part (of a config that mixes it in)."""
-        return RolloutConfig(
-            self.executor, self.ray_address, self.workers_per_node, self.worker_retries
-        )
+        return RolloutConfig(self.executor, self.ray_address, self.workers_per_node, self.worker_retries)
 
 
 @dataclass
@@ -83,9 +79,7 @@ def open_executor(config: RolloutConfig, sandboxes: int) -> Any:
     """The executor `config.executor` names, started (a context manager: close it)."""
     problems = RolloutConfig.validate(config)
     if problems:
-        raise InputError(
-            "; ".join(problems), hint="--executor local|ray (defaults < config < --set < flags)"
-        )
+        raise InputError("; ".join(problems), hint="--executor local|ray (defaults < config < --set < flags)")
     if config.executor == "ray":
         from rlcycle.rollout.ray_executor import RayExecutor
 

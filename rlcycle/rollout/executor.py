@@ -29,20 +29,37 @@ class LocalExecutor:
         self.pool = SandboxPool(size=sandboxes)
         self.stats = {"workers": 1, "worker_deaths": 0, "retried_episodes": 0}
 
-    def run(self, policy: PolicySpec, name: str, tasks: list[Task], runner: RunnerConfig, *,
-            attempts: int = 1, seed: int = 0, simulate_user: bool = False,
-            n_episodes: int | None = None, user_config: UserConfig | None = None,
-            on_result: Callable[[EpisodeResult], None] | None = None) -> list[EpisodeResult]:  # fmt: skip
+    def run(
+        self,
+        policy: PolicySpec,
+        name: str,
+        tasks: list[Task],
+        runner: RunnerConfig,
+        *,
+        attempts: int = 1,
+        seed: int = 0,
+        simulate_user: bool = False,
+        n_episodes: int | None = None,
+        user_config: UserConfig | None = None,
+        on_result: Callable[[EpisodeResult], None] | None = None,
+    ) -> list[EpisodeResult]:
         """`run_episodes` over the pool (see its docstring for the arguments)."""
         return run_episodes(
-            policy.policy, name, tasks, self.pool, runner, attempts=attempts, seed=seed,
-            simulate_user=simulate_user, n_episodes=n_episodes, renderer=policy.renderer,
-            user_config=user_config, on_result=on_result,
-        )  # fmt: skip
+            policy.policy,
+            name,
+            tasks,
+            self.pool,
+            runner,
+            attempts=attempts,
+            seed=seed,
+            simulate_user=simulate_user,
+            n_episodes=n_episodes,
+            renderer=policy.renderer,
+            user_config=user_config,
+            on_result=on_result,
+        )
 
-    def warm_up(
-        self, policy: PolicySpec, tasks: list[Task], runner: RunnerConfig, seed: int = 0
-    ) -> None:
+    def warm_up(self, policy: PolicySpec, tasks: list[Task], runner: RunnerConfig, seed: int = 0) -> None:
         """One discarded round on the real path (first-call costs stay out of the latencies)."""
         self.run(policy, "warm-up", tasks[: self.sandboxes], runner, seed=seed)
 
@@ -81,20 +98,30 @@ def load_policy_spec(spec: PolicySpec) -> tuple[Any, Any]:
     from rlcycle.policy.resolve import resolve_policy
 
     assert spec.ref is not None
-    policy = resolve_policy(
-        spec.ref, tokenizer=spec.tokenizer, prefix_cache_tokens=spec.prefix_cache_tokens
-    ).policy
+    policy = resolve_policy(spec.ref, tokenizer=spec.tokenizer, prefix_cache_tokens=spec.prefix_cache_tokens).policy
     renderer = ChatRenderer.from_pretrained(spec.tokenizer) if spec.tokenizer is not None else None
     return policy, renderer
 
 
-def infra_error(
-    task: Task, policy: str, attempt: int, index: int, reason: str, tries: int
-) -> EpisodeResult:
+def infra_error(task: Task, policy: str, attempt: int, index: int, reason: str, tries: int) -> EpisodeResult:
     """An episode that infrastructure lost: status error, no events, never a task failure."""
     return EpisodeResult(
-        task_id=task.id, cluster=task.cluster, policy=policy, attempt=attempt, status="error",
-        reward=0.0, turns=0, n_tool_calls=0, n_invalid_tool_calls=0, edited=False,
-        asked_clarification=False, tokens=0, latency_ms=0.0, end_reason="error", events=[],
-        error=f"infrastructure: {reason}", tries=tries, index=index,
-    )  # fmt: skip
+        task_id=task.id,
+        cluster=task.cluster,
+        policy=policy,
+        attempt=attempt,
+        status="error",
+        reward=0.0,
+        turns=0,
+        n_tool_calls=0,
+        n_invalid_tool_calls=0,
+        edited=False,
+        asked_clarification=False,
+        tokens=0,
+        latency_ms=0.0,
+        end_reason="error",
+        events=[],
+        error=f"infrastructure: {reason}",
+        tries=tries,
+        index=index,
+    )

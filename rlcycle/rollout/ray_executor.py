@@ -58,17 +58,22 @@ class _Worker:
     def pid(self) -> int:
         return os.getpid()
 
-    def run(self, spec: PolicySpec, name: str, tasks: list[Task], runner: RunnerConfig,
-            kwargs: dict[str, Any], only: list[int]) -> list[EpisodeResult]:  # fmt: skip
+    def run(
+        self,
+        spec: PolicySpec,
+        name: str,
+        tasks: list[Task],
+        runner: RunnerConfig,
+        kwargs: dict[str, Any],
+        only: list[int],
+    ) -> list[EpisodeResult]:
         from rlcycle.agent.runner import run_episodes
 
         key = (spec.ref, spec.tokenizer, spec.prefix_cache_tokens)
         if key not in self.policies:  # loaded once per worker, reused by every shard
             self.policies[key] = load_policy_spec(spec)
         policy, renderer = self.policies[key]
-        return run_episodes(
-            policy, name, tasks, self.pool, runner, renderer=renderer, only=only, **kwargs
-        )
+        return run_episodes(policy, name, tasks, self.pool, runner, renderer=renderer, only=only, **kwargs)
 
     def close(self) -> None:
         self.pool.close()
@@ -148,8 +153,13 @@ class RayExecutor:
         # actor died (killed, crashed, its node went), or its node went after it returned
         # (results over ~100 KB live in that node's object store) or killed it for memory.
         x = ray.exceptions
-        self._worker_lost = (x.RayActorError, x.WorkerCrashedError, x.NodeDiedError,
-                             x.ObjectLostError, x.OutOfMemoryError)  # fmt: skip
+        self._worker_lost = (
+            x.RayActorError,
+            x.WorkerCrashedError,
+            x.NodeDiedError,
+            x.ObjectLostError,
+            x.OutOfMemoryError,
+        )
         self.started_ray = False
         if not ray.is_initialized():
             ray.init(address=config.ray_address, include_dashboard=False, log_to_driver=False)
@@ -172,10 +182,20 @@ class RayExecutor:
 
     # --- the run loop --------------------------------------------------------------------
 
-    def run(self, policy: PolicySpec, name: str, tasks: list[Task], runner: RunnerConfig, *,
-            attempts: int = 1, seed: int = 0, simulate_user: bool = False,
-            n_episodes: int | None = None, user_config: UserConfig | None = None,
-            on_result: Callable[[EpisodeResult], None] | None = None) -> list[EpisodeResult]:  # fmt: skip
+    def run(
+        self,
+        policy: PolicySpec,
+        name: str,
+        tasks: list[Task],
+        runner: RunnerConfig,
+        *,
+        attempts: int = 1,
+        seed: int = 0,
+        simulate_user: bool = False,
+        n_episodes: int | None = None,
+        user_config: UserConfig | None = None,
+        on_result: Callable[[EpisodeResult], None] | None = None,
+    ) -> list[EpisodeResult]:
         """Every job of the run, in job order, as `run_episodes` would return them locally."""
         if policy.ref is None:
             raise InputError(
@@ -184,8 +204,13 @@ class RayExecutor:
             )
         ray = self.ray
         total = n_episodes if n_episodes is not None else attempts * len(tasks)
-        kwargs = {"attempts": attempts, "seed": seed, "simulate_user": simulate_user,
-                  "n_episodes": n_episodes, "user_config": user_config}  # fmt: skip
+        kwargs = {
+            "attempts": attempts,
+            "seed": seed,
+            "simulate_user": simulate_user,
+            "n_episodes": n_episodes,
+            "user_config": user_config,
+        }
         tasks_ref = ray.put(list(tasks))
         step = max(1, self.sandboxes)
         queue = deque(_Shard(list(range(i, min(i + step, total)))) for i in range(0, total, step))
@@ -219,9 +244,7 @@ class RayExecutor:
                 if replacement is not None:
                     idle.append(replacement)
                 shard.deaths += 1
-                shard.reasons.append(
-                    f"Ray worker pid {h.pid} on node {h.node[:8]} died ({type(e).__name__})"
-                )
+                shard.reasons.append(f"Ray worker pid {h.pid} on node {h.node[:8]} died ({type(e).__name__})")
                 if shard.deaths > self.config.worker_retries:
                     deliver(self._lost(shard, tasks, name, "; ".join(shard.reasons)))
                 else:
@@ -235,14 +258,14 @@ class RayExecutor:
             deliver(got)
         return results  # type: ignore[return-value]
 
-    def warm_up(
-        self, policy: PolicySpec, tasks: list[Task], runner: RunnerConfig, seed: int = 0
-    ) -> None:
+    def warm_up(self, policy: PolicySpec, tasks: list[Task], runner: RunnerConfig, seed: int = 0) -> None:
         """One discarded round per worker, so every worker's first-call costs stay out."""
         ray = self.ray
         part = list(range(min(self.sandboxes, len(tasks))))
-        refs = [h.actor.run.remote(policy, "warm-up", tasks[: len(part)], runner, {"seed": seed}, part)
-                for h in self.workers]  # fmt: skip
+        refs = [
+            h.actor.run.remote(policy, "warm-up", tasks[: len(part)], runner, {"seed": seed}, part)
+            for h in self.workers
+        ]
         ray.wait(refs, num_returns=len(refs))  # a worker that died here is found by the run
 
     def worker_pids(self, busy_only: bool = False) -> list[int]:
@@ -256,9 +279,7 @@ class RayExecutor:
     def _alive_nodes(self) -> list[str]:
         nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n.get("Alive"))
         if not nodes:
-            raise RlcycleError(
-                "the Ray cluster has no alive node", hint="`ray status` on the head node"
-            )
+            raise RlcycleError("the Ray cluster has no alive node", hint="`ray status` on the head node")
         return nodes
 
     def _on(self, node: str, fn: Callable, **options: Any) -> Any:
@@ -277,10 +298,16 @@ class RayExecutor:
         self._next += 1
         # num_cpus=0: the work happens in the node's containers, whose limits Docker enforces;
         # the actor itself mostly waits on them (or on a policy server).
-        actor = self.ray.remote(_Worker).options(
-            num_cpus=0, max_restarts=0, max_concurrency=2,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-        ).remote(self.sandboxes, run)  # fmt: skip
+        actor = (
+            self.ray.remote(_Worker)
+            .options(
+                num_cpus=0,
+                max_restarts=0,
+                max_concurrency=2,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            )
+            .remote(self.sandboxes, run)
+        )
         return _Handle(actor, node, run, -1)
 
     def _ready(self, h: _Handle) -> _Handle:
@@ -308,9 +335,7 @@ class RayExecutor:
 
     def _lost(self, shard: _Shard, tasks: list[Task], name: str, why: str) -> list[EpisodeResult]:
         n = len(tasks)
-        return [
-            infra_error(tasks[i % n], name, i // n, i, why, shard.deaths) for i in shard.positions
-        ]
+        return [infra_error(tasks[i % n], name, i // n, i, why, shard.deaths) for i in shard.positions]
 
     def _abandon(self, busy: dict[Any, tuple[_Handle, _Shard]]) -> None:
         """Stop the shards still running (the run failed): their workers are killed, since a

@@ -18,6 +18,15 @@ from rlcycle.sandbox.pool import SandboxPool
 from rlcycle.sandbox.sandbox import ExecResult, Sandbox, SandboxError, Status, run_once
 
 __all__ = [
-    "ExecResult", "Sandbox", "SandboxConfig", "SandboxError", "SandboxPool", "Status",
-    "ensure_image", "gc", "image_tag", "list_leftovers", "run_once",
-]  # fmt: skip
+    "ExecResult",
+    "Sandbox",
+    "SandboxConfig",
+    "SandboxError",
+    "SandboxPool",
+    "Status",
+    "ensure_image",
+    "gc",
+    "image_tag",
+    "list_leftovers",
+    "run_once",
+]

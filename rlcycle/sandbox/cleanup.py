@@ -185,11 +185,7 @@ def gc(client: Any, everything: bool = False, dry_run: bool = False) -> list[Lef
     its TTL. Containers go first, since a volume cannot be removed while mounted.
     """
     now = time.time()
-    chosen = [
-        x
-        for x in list_leftovers(client)
-        if everything or (x.expired(now) and not owner_alive(x.owner))
-    ]
+    chosen = [x for x in list_leftovers(client) if everything or (x.expired(now) and not owner_alive(x.owner))]
     if dry_run:
         return chosen
     for x in sorted(chosen, key=lambda x: x.kind != "container"):

@@ -300,11 +300,16 @@ def run_command(req):
         proc = spawn(req)
     except OSError as e:  # command or cwd not found, or no pids left
         return {
-            "status": "nonzero", "exit_code": 127 if isinstance(e, FileNotFoundError) else 126,
-            "signal": None, "stdout": "", "stderr": f"rlcycle sandbox: {e}\n",
-            "stdout_bytes": 0, "stderr_bytes": 0, "truncated": False,
+            "status": "nonzero",
+            "exit_code": 127 if isinstance(e, FileNotFoundError) else 126,
+            "signal": None,
+            "stdout": "",
+            "stderr": f"rlcycle sandbox: {e}\n",
+            "stdout_bytes": 0,
+            "stderr_bytes": 0,
+            "truncated": False,
             "duration_ms": (time.monotonic() - start) * 1000,
-        }  # fmt: skip
+        }
     timed_out = pump(proc, captures, start + timeout)
     if timed_out:
         kill_group(proc.pid)

@@ -106,9 +106,14 @@ def ensure_image(
             (Path(ctx) / name).write_bytes(data)
         try:
             client.images.build(
-                path=ctx, tag=tag, buildargs={"BASE": base}, rm=True, forcerm=True, pull=False,
+                path=ctx,
+                tag=tag,
+                buildargs={"BASE": base},
+                rm=True,
+                forcerm=True,
+                pull=False,
                 labels={"rlcycle.image": "sandbox"},
-            )  # fmt: skip
+            )
         except Exception as e:  # BuildError or APIError: both say what failed
             raise RlcycleError(
                 f"building the sandbox image {tag} FROM {base} failed: {e}",

@@ -129,12 +129,19 @@ class Sandbox:
             _create_volume(client, name, config, labels)
             created.append(("volume", name))
             cid = client.api.create_container(
-                image, name=name, user=config.user, labels=labels, hostname="sandbox",
-                working_dir=WORKSPACE, stdin_open=True, tty=False,
+                image,
+                name=name,
+                user=config.user,
+                labels=labels,
+                hostname="sandbox",
+                working_dir=WORKSPACE,
+                stdin_open=True,
+                tty=False,
                 # detach=False makes docker-py set StdinOnce: when our attach socket closes
                 # (this process died), the executor reads EOF and the container goes away.
-                detach=False, host_config=_host_config(client, name, config),
-            )["Id"]  # fmt: skip
+                detach=False,
+                host_config=_host_config(client, name, config),
+            )["Id"]
             created.insert(0, ("container", cid))
             sock = client.api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             channel = Channel(sock)
@@ -186,10 +193,13 @@ class Sandbox:
         command's own failures: see ExecResult.status."""
         timeout = float(timeout or self.config.timeout_s)
         request = {
-            "op": "exec", "cmd": cmd, "timeout": timeout, "env": env or {},
+            "op": "exec",
+            "cmd": cmd,
+            "timeout": timeout,
+            "env": env or {},
             "cwd": check_relpath(cwd) if cwd else None,
             "max_output": self.config.max_output_bytes,
-        }  # fmt: skip
+        }
         start = time.monotonic()
         try:
             reply = self._call(request, timeout + self.config.host_grace_s)
@@ -198,11 +208,16 @@ class Sandbox:
         if not reply.get("ok"):
             return ExecResult(Status.INFRA, None, duration_s=time.monotonic() - start, error=reply.get("error"))
         return ExecResult(
-            status=Status(reply["status"]), exit_code=reply["exit_code"], signal=reply["signal"],
-            stdout=reply["stdout"], stderr=reply["stderr"], truncated=reply["truncated"],
-            stdout_bytes=reply["stdout_bytes"], stderr_bytes=reply["stderr_bytes"],
+            status=Status(reply["status"]),
+            exit_code=reply["exit_code"],
+            signal=reply["signal"],
+            stdout=reply["stdout"],
+            stderr=reply["stderr"],
+            truncated=reply["truncated"],
+            stdout_bytes=reply["stdout_bytes"],
+            stderr_bytes=reply["stderr_bytes"],
             duration_s=reply["duration_ms"] / 1000.0,
-        )  # fmt: skip
+        )
 
     def write_files(self, files: dict[str, str | bytes]) -> None:
         """Write {relative path: text or bytes} into /workspace, making parent directories.
@@ -269,9 +284,11 @@ def _create_volume(client: Any, name: str, config: SandboxConfig, labels: dict[s
     uid, _, gid = config.user.partition(":")
     opts = f"size={config.workspace_mb}m,uid={uid},gid={gid or uid},mode=0755,nosuid,nodev"
     client.api.create_volume(
-        name=name, driver="local", labels=labels,
+        name=name,
+        driver="local",
+        labels=labels,
         driver_opts={"type": "tmpfs", "device": "tmpfs", "o": opts},
-    )  # fmt: skip
+    )
 
 
 def _host_config(client: Any, volume: str, config: SandboxConfig) -> Any:

@@ -33,9 +33,27 @@ from rlcycle.tasks.reference import (
 from rlcycle.tasks.suite import SuiteScan, Task, load_suite, load_task, scan_suite, write_task
 
 __all__ = [
-    "GradeResult", "GradeStatus", "ReferenceEpisode", "ScriptedCall", "SuiteScan", "Task",
-    "TaskCheck", "apply_solution", "check_suite", "check_task", "grade", "import_humaneval",
-    "judge", "load_suite", "load_task", "parse_pytest_counts", "prepare_workspace",
-    "problem_to_task", "read_problems", "reference_calls", "reference_script", "scan_suite",
+    "GradeResult",
+    "GradeStatus",
+    "ReferenceEpisode",
+    "ScriptedCall",
+    "SuiteScan",
+    "Task",
+    "TaskCheck",
+    "apply_solution",
+    "check_suite",
+    "check_task",
+    "grade",
+    "import_humaneval",
+    "judge",
+    "load_suite",
+    "load_task",
+    "parse_pytest_counts",
+    "prepare_workspace",
+    "problem_to_task",
+    "read_problems",
+    "reference_calls",
+    "reference_script",
+    "scan_suite",
     "write_task",
-]  # fmt: skip
+]

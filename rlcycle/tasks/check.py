@@ -60,10 +60,14 @@ class TaskCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "task_id": self.task_id, "ok": self.ok, "problems": self.problems,
-            "warnings": self.warnings, "seconds": round(self.seconds, 3),
-            "reference": self.reference.to_dict(), "noop": self.noop.to_dict(),
-        }  # fmt: skip
+            "task_id": self.task_id,
+            "ok": self.ok,
+            "problems": self.problems,
+            "warnings": self.warnings,
+            "seconds": round(self.seconds, 3),
+            "reference": self.reference.to_dict(),
+            "noop": self.noop.to_dict(),
+        }
 
 
 def check_suite(
@@ -109,8 +113,7 @@ def check_task(task: Task, sandbox: Sandbox, visible: bool = True) -> TaskCheck:
             r = sandbox.exec(task.run_tests_command, timeout=task.timeout_s)
             if r.status is not Status.OK:
                 warnings.append(
-                    f"run_tests_command does not pass on the solution ({r.status.value}, "
-                    f"exit {r.exit_code})"
+                    f"run_tests_command does not pass on the solution ({r.status.value}, exit {r.exit_code})"
                 )
         reference = grade(task, sandbox)
     sandbox.reset()
@@ -133,8 +136,9 @@ def replay_edits(task: Task, sandbox: Sandbox) -> str | None:
             sandbox.write_files({args["path"]: before.replace(args["old"], args["new"], 1)})
         elif call.name == "apply_patch":
             sandbox.write_files({PATCH_FILE: args["patch"]})
-            r = sandbox.exec(["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch",
-                              "-i", PATCH_FILE], timeout=30)  # fmt: skip
+            r = sandbox.exec(
+                ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-i", PATCH_FILE], timeout=30
+            )
             sandbox.exec(["rm", "-f", PATCH_FILE], timeout=30)
             if r.status is not Status.OK:
                 return f"apply_patch {args['path']} did not apply: {(r.stdout + r.stderr).strip()[-300:]}"

@@ -158,12 +158,14 @@ def grade(task: Task, sandbox: Sandbox, timeout: float | None = None) -> GradeRe
     start = time.monotonic()
 
     def infra(reason: str, r: ExecResult | None = None) -> GradeResult:
-        return GradeResult(task.id, GradeStatus.ERROR, reason=reason,
-                           duration_s=time.monotonic() - start, output=_tail(r) if r else "")  # fmt: skip
+        return GradeResult(
+            task.id, GradeStatus.ERROR, reason=reason, duration_s=time.monotonic() - start, output=_tail(r) if r else ""
+        )
 
     # Whatever the agent left at the reserved paths goes first (it may have planted tests).
-    r = sandbox.exec(f"chmod -R u+rwX {HIDDEN_DIR} {GRADER_DIR} 2>/dev/null; "
-                     f"rm -rf -- {HIDDEN_DIR} {GRADER_DIR}", timeout=30)  # fmt: skip
+    r = sandbox.exec(
+        f"chmod -R u+rwX {HIDDEN_DIR} {GRADER_DIR} 2>/dev/null; rm -rf -- {HIDDEN_DIR} {GRADER_DIR}", timeout=30
+    )
     if r.status is Status.INFRA:
         return infra(f"sandbox: {r.error}", r)
     if r.status is not Status.OK:

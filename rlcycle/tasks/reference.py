@@ -181,9 +181,11 @@ def unified_diff(path: str, old: str, new: str) -> str | None:
     if (old and not old.endswith("\n")) or (new and not new.endswith("\n")):
         return None
     lines = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True),
-        fromfile=f"a/{path}", tofile=f"b/{path}",
-    )  # fmt: skip
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"a/{path}",
+        tofile=f"b/{path}",
+    )
     return "".join(lines)
 
 

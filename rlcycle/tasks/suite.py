@@ -129,8 +129,7 @@ def load_suite(root: str | Path) -> list[Task]:
         raise InputError(
             f"{len(scan.problems)} problem(s) in task suite {root} ({n_bad} place(s)):\n  "
             + "\n  ".join(scan.problems),
-            hint="docs/tasks.md describes the task format; fix the lines above and rerun "
-            f"`rlcycle tasks check {root}`",
+            hint=f"docs/tasks.md describes the task format; fix the lines above and rerun `rlcycle tasks check {root}`",
         )
     return scan.tasks
 
@@ -192,8 +191,9 @@ def load_task(d: Path) -> tuple[Task | None, list[str]]:
     values = {k: v for k, v in data.items() if k in TOML_KEYS}
     values["timeout_s"] = float(values.get("timeout_s", DEFAULT_TIMEOUT_S))
     values["tags"] = list(values.get("tags", []))
-    task = Task(**values, repo=files["repo"], hidden_tests=files["hidden_tests"],
-                solution=files["solution"], path=str(d))  # fmt: skip
+    task = Task(
+        **values, repo=files["repo"], hidden_tests=files["hidden_tests"], solution=files["solution"], path=str(d)
+    )
     return task, []
 
 
@@ -203,9 +203,7 @@ def _check_keys(data: dict[str, Any]) -> list[str]:
     for key in data:
         if key not in TOML_KEYS:
             close = difflib.get_close_matches(key, list(TOML_KEYS), n=1)
-            problems.append(
-                f"{TASK_FILE}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-            )
+            problems.append(f"{TASK_FILE}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     for key, (types, required) in TOML_KEYS.items():
         if key not in data:
             if required:
@@ -245,9 +243,7 @@ def _check_values(data: dict[str, Any], d: Path, files: dict[str, dict[str, str]
     ambiguous = data.get("ambiguous") is True
     answer = data.get("clarification_answer")
     if ambiguous and not (isinstance(answer, str) and answer.strip()):
-        problems.append(
-            f"{TASK_FILE}: ambiguous = true needs a clarification_answer (what the user answers)"
-        )
+        problems.append(f"{TASK_FILE}: ambiguous = true needs a clarification_answer (what the user answers)")
     for key in ("clarification_answer", "clarification_question"):
         if key in data and not ambiguous:
             problems.append(f"{TASK_FILE}: {key} is set but ambiguous is not true")

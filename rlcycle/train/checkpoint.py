@@ -37,9 +37,16 @@ from rlcycle.errors import InputError
 RLCYCLE_JSON = "rlcycle.json"
 FORMAT = "rlcycle.checkpoint/1"
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-    "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
-)  # fmt: skip
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 
 
 @dataclass
@@ -129,16 +136,24 @@ def save_dtype(config_value: str, base: BaseInfo):
     return dtype if isinstance(dtype, torch.dtype) else torch.float32
 
 
-def write_checkpoint(model, state_dict: dict, base: BaseInfo, out: Path, meta: dict[str, Any],
-                     dtype, extra_files: dict[str, Path] | None = None) -> str:  # fmt: skip
+def write_checkpoint(
+    model,
+    state_dict: dict,
+    base: BaseInfo,
+    out: Path,
+    meta: dict[str, Any],
+    dtype,
+    extra_files: dict[str, Path] | None = None,
+) -> str:
     """Save `state_dict` with `model`'s config into `out` atomically; return the content id.
 
     Main process only. `extra_files` (name -> path, a file or a directory) are moved into the
     directory first (e.g. train_metrics.arrow, the LoRA `adapter/`); rlcycle.json is written last.
     """
     with rio.atomic_dir(out) as tmp:
-        sd = {k: v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu()
-              for k, v in state_dict.items()}  # fmt: skip
+        sd = {
+            k: v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu() for k, v in state_dict.items()
+        }
         model.save_pretrained(tmp, state_dict=sd, safe_serialization=True)
         _set_config_dtype(tmp / "config.json", dtype)  # save_pretrained writes the live model's
         for name in base.tokenizer_files:
@@ -149,8 +164,14 @@ def write_checkpoint(model, state_dict: dict, base: BaseInfo, out: Path, meta: d
             f.chmod(0o755 if f.is_dir() else 0o644)
         ckpt_id = content_id(tmp)
         lineage = list(base.lineage) + ([] if digest.same_checkpoint(ckpt_id, base.lineage[-1]) else [ckpt_id])
-        doc = {"format": FORMAT, "id": ckpt_id, "parent": base.id, "lineage": lineage, **meta,
-               "created": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")}  # fmt: skip
+        doc = {
+            "format": FORMAT,
+            "id": ckpt_id,
+            "parent": base.id,
+            "lineage": lineage,
+            **meta,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        }
         (tmp / RLCYCLE_JSON).write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return ckpt_id
 

@@ -22,8 +22,13 @@ BATCHING = ("packed", "bucketed", "padded")
 # LoRA keys (`--set lora.r=16`, or a `[train.lora]` table) and their defaults; docs/lora.md.
 # continue_adapter: a base that carries an adapter (a previous LoRA run) continues it, so every
 # adapter of a chain is the delta from the chain's first base (what a server on one base needs).
-LORA_DEFAULTS: dict[str, Any] = {"r": 0, "alpha": None, "dropout": 0.0, "target_modules": ["all-linear"],
-                                 "continue_adapter": True}  # fmt: skip
+LORA_DEFAULTS: dict[str, Any] = {
+    "r": 0,
+    "alpha": None,
+    "dropout": 0.0,
+    "target_modules": ["all-linear"],
+    "continue_adapter": True,
+}
 
 
 @dataclass
@@ -37,7 +42,9 @@ class TrainConfig:
         "max_completion_tokens), Dr. GRPO).",
     )
     clip_low: float = cfg(0.2, help="PPO clip: ratios below 1 - clip_low stop pushing down (A < 0).")
-    clip_high: float = cfg(0.2, help="PPO clip: ratios above 1 + clip_high stop pushing up (A > 0); 0.28 = DAPO clip-higher.")
+    clip_high: float = cfg(
+        0.2, help="PPO clip: ratios above 1 + clip_high stop pushing up (A > 0); 0.28 = DAPO clip-higher."
+    )
     is_mode: str = cfg(
         "truncate",
         help="Off-policy importance-sampling safeguard on the ratio to the behaviour policy: "
@@ -47,8 +54,9 @@ class TrainConfig:
     is_cap: float = cfg(2.0, help="Upper cap C of the importance ratio (truncate/mask; CISPO's 1 + eps_high).")
     is_floor: float = cfg(0.0, help="mask mode only: tokens with a ratio below this are masked too (0 = no floor).")
     max_completion_tokens: int = cfg(
-        0, help="Dr. GRPO constant: the per-sequence token budget in the divisor (0 = the sampler's "
-        "max_new_tokens when the examples carry it, else the longest completion in the data)."
+        0,
+        help="Dr. GRPO constant: the per-sequence token budget in the divisor (0 = the sampler's "
+        "max_new_tokens when the examples carry it, else the longest completion in the data).",
     )
     kl_coef: float = cfg(0.0, help="Weight of the KL penalty to the base policy (0 = off; needs a second model copy).")
     kl_estimator: str = cfg(
@@ -80,7 +88,9 @@ class TrainConfig:
         help="packed (sequences concatenated, no padding), bucketed (sorted by length, padded) or "
         "padded (schedule order, micro_batch_size rows; the naive baseline).",
     )
-    micro_batch_tokens: int = cfg(8192, help="Token budget of one forward pass per process (packed/bucketed; padding counts).")
+    micro_batch_tokens: int = cfg(
+        8192, help="Token budget of one forward pass per process (packed/bucketed; padding counts)."
+    )
     micro_batch_size: int = cfg(8, help="Rows per forward pass (padded batching only).")
     share_prefix: bool = cfg(
         True,
@@ -169,16 +179,34 @@ class TrainConfig:
         floor = 1.0 if self.objective == "cispo" else 1.0 + self.clip_high
         if self.is_mode != "none" and self.is_cap < floor:
             p.append(f"is_cap={self.is_cap}: must be >= {floor:g} (1 + clip_high; 1 for cispo)")
-        check_range(p, self, ("batch_size", "epochs", "micro_batch_tokens", "micro_batch_size", "max_seq_len",
-                              "min_shared_prefix"), ge=1)  # fmt: skip
+        check_range(
+            p,
+            self,
+            ("batch_size", "epochs", "micro_batch_tokens", "micro_batch_size", "max_seq_len", "min_shared_prefix"),
+            ge=1,
+        )
         if self.max_seq_len > self.micro_batch_tokens and self.batching != "padded":
             p.append(
                 f"max_seq_len={self.max_seq_len} > micro_batch_tokens={self.micro_batch_tokens}: "
                 "a row must fit one forward pass"
             )
         check_range(p, self, ("max_steps", "stop_after"), ge=1, optional=True)
-        check_range(p, self, ("lr", "kl_coef", "max_grad_norm", "weight_decay", "warmup_steps",
-                              "max_completion_tokens", "save_every", "max_skipped_steps"), ge=0, finite=True)  # fmt: skip
+        check_range(
+            p,
+            self,
+            (
+                "lr",
+                "kl_coef",
+                "max_grad_norm",
+                "weight_decay",
+                "warmup_steps",
+                "max_completion_tokens",
+                "save_every",
+                "max_skipped_steps",
+            ),
+            ge=0,
+            finite=True,
+        )
         _check_lora(p, self.lora)
         return p
 

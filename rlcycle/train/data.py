@@ -271,8 +271,13 @@ def _compact(keep, prompt: Ragged, comp: Ragged, beh: Ragged, mask: Ragged | Non
         with_mask = np.repeat(has_mask[keep], np.diff(c_off))
         m[with_mask] = (mask.values[m_src] != 0).astype(np.float32)
     return Examples(
-        Ragged(prompt.values[p_src], p_off), Ragged(comp.values[c_src], c_off), beh.values[b_src],
-        m, np.zeros(0), np.zeros(0), None,
+        Ragged(prompt.values[p_src], p_off),
+        Ragged(comp.values[c_src], c_off),
+        beh.values[b_src],
+        m,
+        np.zeros(0),
+        np.zeros(0),
+        None,
     )
 
 
@@ -439,8 +444,9 @@ class StepPlan:
     loss_tokens: int  # loss tokens of the global batch
 
 
-def plan_step(ex: Examples, schedule: Schedule, step: int, config: TrainConfig,
-              world: int, rank: int, m_tokens: int) -> StepPlan:  # fmt: skip
+def plan_step(
+    ex: Examples, schedule: Schedule, step: int, config: TrainConfig, world: int, rank: int, m_tokens: int
+) -> StepPlan:
     epoch, rows = schedule.rows(step)
     nu = normalisers(ex, rows, config.norm, m_tokens)
     coef_of = {int(r): float(ex.weight[r]) * float(v) for r, v in zip(rows, nu, strict=True)}
@@ -448,8 +454,7 @@ def plan_step(ex: Examples, schedule: Schedule, step: int, config: TrainConfig,
     share = split_over_processes(rows, seq_len[rows], world)[rank]
     dummy = not share
     micro = forward_passes(ex, share, config) if share else [[[int(rows[0])]]]
-    return StepPlan(epoch, rows, coef_of, micro, dummy, int(seq_len[rows].sum()),
-                    int(ex.loss_tokens[rows].sum()))  # fmt: skip
+    return StepPlan(epoch, rows, coef_of, micro, dummy, int(seq_len[rows].sum()), int(ex.loss_tokens[rows].sum()))
 
 
 @dataclass
@@ -471,8 +476,9 @@ class Batch:
     prefix_ids: object | None = None  # LongTensor [P]: the shared prefix (prefix.py), None if none
 
 
-def collate(ex: Examples, lines: list[list[int]] | SharedPass, coef_of: dict[int, float], packed: bool,
-            dummy: bool = False) -> Batch:  # fmt: skip
+def collate(
+    ex: Examples, lines: list[list[int]] | SharedPass, coef_of: dict[int, float], packed: bool, dummy: bool = False
+) -> Batch:
     """The tensors of one forward pass: one tensor row per line, right-padded.
 
     Packed lines carry position ids restarting at 0 for each sequence and no attention mask:
@@ -515,8 +521,12 @@ def collate(ex: Examples, lines: list[list[int]] | SharedPass, coef_of: dict[int
     padding = b * L - sum(widths)
     c_rows = [ex.completion.row(r) for r in rows]
     lo = [slice(ex.completion.offsets[r], ex.completion.offsets[r + 1]) for r in rows]
-    mask = np.concatenate([ex.loss_mask[s] if ex.loss_mask is not None else np.ones(len(c), np.float32)
-                           for s, c in zip(lo, c_rows, strict=True)])  # fmt: skip
+    mask = np.concatenate(
+        [
+            ex.loss_mask[s] if ex.loss_mask is not None else np.ones(len(c), np.float32)
+            for s, c in zip(lo, c_rows, strict=True)
+        ]
+    )
     per_tok = lambda vals: np.concatenate([np.full(len(c), v, np.float64) for v, c in zip(vals, c_rows, strict=True)])  # noqa: E731
     coef = per_tok([0.0 if dummy else coef_of[r] for r in rows]) * mask
     t = torch.from_numpy
@@ -530,7 +540,9 @@ def collate(ex: Examples, lines: list[list[int]] | SharedPass, coef_of: dict[int
         advantage=t(per_tok([ex.advantage[r] for r in rows]).astype(np.float32)),
         coef=t(coef.astype(np.float32)),
         mask=t((mask * (0.0 if dummy else 1.0)).astype(np.float32)),
-        temperature=None if ex.temperature is None else t(per_tok([ex.temperature[r] for r in rows]).astype(np.float32)),
+        temperature=None
+        if ex.temperature is None
+        else t(per_tok([ex.temperature[r] for r in rows]).astype(np.float32)),
         tokens=0 if dummy else int(tokens),
         slots=0 if dummy else int(tokens + padding),
         prefix_ids=t(np.ascontiguousarray(ex.prompt.row(rows[0])[:cut]).astype(np.int64)) if shared else None,

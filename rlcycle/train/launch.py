@@ -38,11 +38,21 @@ def free_port() -> int:
 def torchrun_command(nproc: int, module_args: list[str], port: int | None = None) -> list[str]:
     """`python -m torch.distributed.run ... -m rlcycle <module_args>` on this machine."""
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", "1", "--nproc_per_node", str(nproc),
-        "--master_addr", "127.0.0.1", "--master_port", str(port or free_port()),
-        "-m", "rlcycle", *module_args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(port or free_port()),
+        "-m",
+        "rlcycle",
+        *module_args,
+    ]
 
 
 def spawn(nproc: int, module_args: list[str]) -> int:

@@ -58,8 +58,7 @@ def make_accelerator(config: TrainConfig):
     if acc.num_processes != launched:
         raise RlcycleError(
             f"the launcher started {launched} processes but Accelerate sees {acc.num_processes}",
-            hint="launch with `torchrun --nproc_per_node N -m rlcycle train ...` or "
-            "`rlcycle train ... --processes N`",
+            hint="launch with `torchrun --nproc_per_node N -m rlcycle train ...` or `rlcycle train ... --processes N`",
         )
     if acc.distributed_type == DistributedType.DEEPSPEED:
         raise RlcycleError(
@@ -83,7 +82,9 @@ def load_model(path: Path, config: TrainConfig, trainable: bool = True):
     from transformers import AutoModelForCausalLM
 
     # fp32 master weights: bf16 weights would round away updates of lr ~1e-6.
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=config.attn_implementation)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation=config.attn_implementation
+    )
     if not trainable:
         model.requires_grad_(False)
         return model.eval()
@@ -101,8 +102,13 @@ def build_optimizer(model, config: TrainConfig, n_steps: int):
     if config.optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=config.lr, weight_decay=config.weight_decay)
     else:
-        opt = torch.optim.AdamW(params, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
-                                eps=config.adam_eps, weight_decay=config.weight_decay)  # fmt: skip
+        opt = torch.optim.AdamW(
+            params,
+            lr=config.lr,
+            betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_eps,
+            weight_decay=config.weight_decay,
+        )
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(config, n_steps))
 
 
@@ -161,8 +167,9 @@ def check_packing(model, device, vocab_size: int, tolerance: float) -> float:
     a, b = torch.randint(0, vocab_size, (7,), generator=g), torch.randint(0, vocab_size, (5,), generator=g)
     pos = torch.cat([torch.arange(7), torch.arange(5)])[None].to(device)
     with torch.no_grad():
-        alone = [F.log_softmax(model(input_ids=x[None].to(device), use_cache=False).logits[0].float(), -1)
-                 for x in (a, b)]  # fmt: skip
+        alone = [
+            F.log_softmax(model(input_ids=x[None].to(device), use_cache=False).logits[0].float(), -1) for x in (a, b)
+        ]
         packed = model(input_ids=torch.cat([a, b])[None].to(device), position_ids=pos, use_cache=False).logits
         packed = F.log_softmax(packed[0].float(), -1)
     diff = max((packed[:7] - alone[0]).abs().max().item(), (packed[7:] - alone[1]).abs().max().item())
@@ -208,8 +215,9 @@ def save_state(acc, state_dir: Path, step: int, payload: dict) -> None:
 class Trainer:
     """Holds what a step needs; `step(k)` runs optimizer step k and returns its metrics row."""
 
-    def __init__(self, acc, model, ref_model, optimizer, scheduler, ex: D.Examples, schedule: D.Schedule,
-                 config: TrainConfig):  # fmt: skip
+    def __init__(
+        self, acc, model, ref_model, optimizer, scheduler, ex: D.Examples, schedule: D.Schedule, config: TrainConfig
+    ):
         self.acc, self.model, self.ref = acc, model, ref_model
         self.opt, self.sched = optimizer, scheduler
         self.ex, self.schedule, self.c = ex, schedule, config
@@ -253,7 +261,9 @@ class Trainer:
 
     def step(self, k: int) -> dict:
         t0 = time.perf_counter()
-        plan = D.plan_step(self.ex, self.schedule, k, self.c, self.acc.num_processes, self.acc.process_index, self.m_tokens)
+        plan = D.plan_step(
+            self.ex, self.schedule, k, self.c, self.acc.num_processes, self.acc.process_index, self.m_tokens
+        )
         lr = self.sched.get_last_lr()[0]
         sums, maxes, counts = self._accumulate(plan)
         sums = self.acc.reduce(sums, "sum")
@@ -274,12 +284,20 @@ class Trainer:
         seconds = time.perf_counter() - t0
         tokens, slots, micro = counts.tolist()
         return {
-            "step": k + 1, "epoch": plan.epoch, "lr": lr, **stats,
+            "step": k + 1,
+            "epoch": plan.epoch,
+            "lr": lr,
+            **stats,
             "kl_loss": stats["kl_loss"] if self.c.kl_coef > 0 else None,
             "kl_ref": stats.get("kl_ref") if self.c.kl_coef > 0 else None,
-            "rows": len(plan.rows), "loss_tokens": plan.loss_tokens, "tokens": int(tokens),
+            "rows": len(plan.rows),
+            "loss_tokens": plan.loss_tokens,
+            "tokens": int(tokens),
             "padding_fraction": 1.0 - tokens / slots if slots else 0.0,
-            "micro_batches": int(micro), "world_size": self.acc.num_processes,
-            "grad_norm": grad_norm, "skipped": not finite,
-            "tokens_per_s": tokens / seconds if seconds > 0 else None, "step_seconds": seconds,
-        }  # fmt: skip
+            "micro_batches": int(micro),
+            "world_size": self.acc.num_processes,
+            "grad_norm": grad_norm,
+            "skipped": not finite,
+            "tokens_per_s": tokens / seconds if seconds > 0 else None,
+            "step_seconds": seconds,
+        }

@@ -123,8 +123,7 @@ class LossSettings:
 
     @classmethod
     def from_config(cls, c: TrainConfig) -> LossSettings:
-        return cls(c.objective, c.clip_low, c.clip_high, c.is_mode, c.is_cap, c.is_floor,
-                   c.kl_coef, c.kl_estimator)  # fmt: skip
+        return cls(c.objective, c.clip_low, c.clip_high, c.is_mode, c.is_cap, c.is_floor, c.kl_coef, c.kl_estimator)
 
 
 @dataclass
@@ -230,25 +229,29 @@ def micro_loss(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tens
         k3_ref = torch.zeros_like(r)
         if b.ref_logp is not None:  # on loss tokens only (a masked token's k3 may be inf)
             k3_ref = torch.where(on, kl_estimate(torch.where(on, b.logp.detach() - b.ref_logp, 0.0), "k3"), 0.0)
-        sums = torch.stack([
-            m.sum(),
-            loss.detach(),
-            (b.coef * f["pg"]).sum(),
-            (b.coef * f["kl"]).sum(),
-            (m * r).sum(),
-            (m * r * r).sum(),
-            (m * log_r).sum(),
-            (m * (torch.expm1(log_r) - log_r)).sum(),  # r - 1 - log r, computed stably
-            (m * f["clip_low"]).sum(),
-            (m * f["clip_high"]).sum(),
-            (m * f["is_clipped"]).sum(),
-            (m * k3_ref).sum(),
-        ])  # fmt: skip
+        sums = torch.stack(
+            [
+                m.sum(),
+                loss.detach(),
+                (b.coef * f["pg"]).sum(),
+                (b.coef * f["kl"]).sum(),
+                (m * r).sum(),
+                (m * r * r).sum(),
+                (m * log_r).sum(),
+                (m * (torch.expm1(log_r) - log_r)).sum(),  # r - 1 - log r, computed stably
+                (m * f["clip_low"]).sum(),
+                (m * f["clip_high"]).sum(),
+                (m * f["is_clipped"]).sum(),
+                (m * k3_ref).sum(),
+            ]
+        )
         big = torch.tensor(float("-inf"), dtype=r.dtype, device=r.device)
-        maxes = torch.stack([
-            torch.where(on, r, big).max() if r.numel() else big,
-            torch.where(on, -r, big).max() if r.numel() else big,
-        ])  # fmt: skip
+        maxes = torch.stack(
+            [
+                torch.where(on, r, big).max() if r.numel() else big,
+                torch.where(on, -r, big).max() if r.numel() else big,
+            ]
+        )
     return loss, sums.float(), maxes.float()
 
 

@@ -79,8 +79,9 @@ def common_prefix(ex, rows: list[int]) -> int:
     return max(n, 0)
 
 
-def shared_passes(ex, rows: list[int], seq_len: np.ndarray, budget: int,
-                  min_prefix: int) -> tuple[list[SharedPass], list[int]]:  # fmt: skip
+def shared_passes(
+    ex, rows: list[int], seq_len: np.ndarray, budget: int, min_prefix: int
+) -> tuple[list[SharedPass], list[int]]:
     """(passes that share a prefix, the rows left for ordinary packing); see the docstring."""
     order = sorted(rows, key=lambda r: (ex.prompt.row(r).tolist(), r))
     adj = [common_prefix(ex, [a, b]) for a, b in zip(order, order[1:], strict=False)]
@@ -100,8 +101,9 @@ def shared_passes(ex, rows: list[int], seq_len: np.ndarray, budget: int,
     return [SharedPass(p.rows, common_prefix(ex, p.rows)) for p in passes], rest
 
 
-def _plan_run(run: list[int], adj: list[int], seq_len: np.ndarray, budget: int,
-              depth: int) -> tuple[int, list[SharedPass], list[int]]:  # fmt: skip
+def _plan_run(
+    run: list[int], adj: list[int], seq_len: np.ndarray, budget: int, depth: int
+) -> tuple[int, list[SharedPass], list[int]]:
     """(forward tokens, passes, unshared rows) of the cheaper of: the run as one group, or the
     run split at its shortest adjacent common prefix into sub-runs planned the same way."""
     p = min(adj)

@@ -51,15 +51,37 @@ _NOT_FINGERPRINTED = {"stop_after", "save_every", "keep_state", "resume", "state
 
 _F = pa.float64()
 TRAIN_METRICS_SCHEMA = pa.schema(
-    [("step", pa.int32()), ("epoch", pa.int32()), ("lr", _F), ("loss", _F), ("pg_loss", _F),
-     ("kl_loss", _F), ("rows", pa.int32()), ("loss_tokens", pa.int64()), ("tokens", pa.int64()),
-     ("padding_fraction", _F), ("micro_batches", pa.int32()), ("world_size", pa.int32()),
-     ("ratio_mean", _F), ("ratio_min", _F), ("ratio_max", _F), ("log_ratio_mean", _F),
-     ("mismatch_kl", _F), ("ess", _F), ("clip_frac", _F), ("clip_frac_low", _F),
-     ("clip_frac_high", _F), ("is_frac", _F), ("kl_ref", _F), ("grad_norm", _F),
-     ("skipped", pa.bool_()), ("tokens_per_s", _F), ("step_seconds", _F)],
+    [
+        ("step", pa.int32()),
+        ("epoch", pa.int32()),
+        ("lr", _F),
+        ("loss", _F),
+        ("pg_loss", _F),
+        ("kl_loss", _F),
+        ("rows", pa.int32()),
+        ("loss_tokens", pa.int64()),
+        ("tokens", pa.int64()),
+        ("padding_fraction", _F),
+        ("micro_batches", pa.int32()),
+        ("world_size", pa.int32()),
+        ("ratio_mean", _F),
+        ("ratio_min", _F),
+        ("ratio_max", _F),
+        ("log_ratio_mean", _F),
+        ("mismatch_kl", _F),
+        ("ess", _F),
+        ("clip_frac", _F),
+        ("clip_frac_low", _F),
+        ("clip_frac_high", _F),
+        ("is_frac", _F),
+        ("kl_ref", _F),
+        ("grad_norm", _F),
+        ("skipped", pa.bool_()),
+        ("tokens_per_s", _F),
+        ("step_seconds", _F),
+    ],
     metadata={b"rlcycle.schema": b"train_metrics", b"rlcycle.schema_version": b"1"},
-)  # fmt: skip
+)
 
 
 @dataclass
@@ -86,8 +108,16 @@ class TrainResult:
         return dataclasses.asdict(self)
 
 
-def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: str | Path, *,
-        metrics_path: str | None = None, overwrite: bool = False, quiet: bool = False) -> TrainResult:  # fmt: skip
+def run(
+    config: TrainConfig,
+    examples: list[str] | str,
+    base: str | Path,
+    out: str | Path,
+    *,
+    metrics_path: str | None = None,
+    overwrite: bool = False,
+    quiet: bool = False,
+) -> TrainResult:
     """Train `base` on `examples` into `out`; see the module docstring."""
     from accelerate.utils import set_seed
 
@@ -125,22 +155,41 @@ def run(config: TrainConfig, examples: list[str] | str, base: str | Path, out: s
     start, rows, skipped = _resume(acc, config, state_dir, fp)
     trainer = loop.Trainer(acc, model, ref, optimizer, scheduler, ex, schedule, config)
     trainer.skipped = skipped
-    result = TrainResult(None, None, None, base_info.id, steps_total=schedule.n_steps, rows_in=ex.rows_in,
-                         rows_used=len(ex), dropped=dict(ex.dropped), excluded_reasons=dict(ex.excluded_reasons),
-                         version_counts=dict(ex.version_counts), world_size=acc.num_processes,
-                         resumed_from=start or None)  # fmt: skip
+    result = TrainResult(
+        None,
+        None,
+        None,
+        base_info.id,
+        steps_total=schedule.n_steps,
+        rows_in=ex.rows_in,
+        rows_used=len(ex),
+        dropped=dict(ex.dropped),
+        excluded_reasons=dict(ex.excluded_reasons),
+        version_counts=dict(ex.version_counts),
+        world_size=acc.num_processes,
+        resumed_from=start or None,
+    )
     if start:
         say(f"train: resuming from step {start} ({state_dir})")
     result.stopped = _train(trainer, acc, config, schedule, start, rows, state_dir, fp, quiet)
     result.steps, result.skipped_steps = len(rows), list(trainer.skipped)
     result.summary = summarize_run(rows, ex)
     if not result.stopped:
-        meta = {"stage": "train", "base": str(base_info.path), "data": data_hashes,
-                "config": dataclasses.asdict(config), "metrics": result.summary}  # fmt: skip
+        meta = {
+            "stage": "train",
+            "base": str(base_info.path),
+            "data": data_hashes,
+            "config": dataclasses.asdict(config),
+            "metrics": result.summary,
+        }
         if config.lora_r > 0:
-            meta["adapter"] = {"dir": ADAPTER_DIR, "r": config.lora_r, "alpha": config.lora_alpha,
-                               "target_modules": list(config.lora["target_modules"]),
-                               "base": adapter_base}  # fmt: skip
+            meta["adapter"] = {
+                "dir": ADAPTER_DIR,
+                "r": config.lora_r,
+                "alpha": config.lora_alpha,
+                "target_modules": list(config.lora["target_modules"]),
+                "base": adapter_base,
+            }
         _save(acc, model, base_info, out, meta, rows, config, result, metrics_path)
         if acc.is_main_process and not config.keep_state:
             shutil.rmtree(state_dir, ignore_errors=True)
@@ -160,8 +209,17 @@ def _fsdp_without_sharing(acc, config: TrainConfig, say) -> TrainConfig:
     return dataclasses.replace(config, share_prefix=False)
 
 
-def _train(trainer: loop.Trainer, acc, config: TrainConfig, schedule: D.Schedule, start: int,
-           rows: list[dict], state_dir: Path, fp: str, quiet: bool) -> bool:  # fmt: skip
+def _train(
+    trainer: loop.Trainer,
+    acc,
+    config: TrainConfig,
+    schedule: D.Schedule,
+    start: int,
+    rows: list[dict],
+    state_dir: Path,
+    fp: str,
+    quiet: bool,
+) -> bool:
     """Steps start..n; appends metrics rows; True when stopped early by stop_after."""
     progress = console.Progress("train", quiet=quiet or not acc.is_main_process)
     for k in range(start, schedule.n_steps):
@@ -174,8 +232,13 @@ def _train(trainer: loop.Trainer, acc, config: TrainConfig, schedule: D.Schedule
                 "from another checkpoint, with tempered logprobs (use_sample_temperature), or "
                 "another tokenizer/template?"
             )
-        progress.update(step=f"{k + 1}/{schedule.n_steps}", loss=_g(row["loss"]), ratio=_g(row.get("ratio_mean")),
-                        clip=_g(row.get("clip_frac")), tok_s=_g(row["tokens_per_s"]))  # fmt: skip
+        progress.update(
+            step=f"{k + 1}/{schedule.n_steps}",
+            loss=_g(row["loss"]),
+            ratio=_g(row.get("ratio_mean")),
+            clip=_g(row.get("clip_frac")),
+            tok_s=_g(row["tokens_per_s"]),
+        )
         if len(trainer.skipped) > config.max_skipped_steps:
             raise RlcycleError(
                 f"training aborted: {len(trainer.skipped)} steps had a non-finite loss or gradient "
@@ -212,8 +275,17 @@ def _resume(acc, config: TrainConfig, state_dir: Path, fp: str) -> tuple[int, li
     return int(payload["step"]), list(payload["metrics"]), list(payload["skipped"])
 
 
-def _save(acc, model, base_info: C.BaseInfo, out: Path, meta: dict, rows: list[dict], config: TrainConfig,
-          result: TrainResult, metrics_path: str | None) -> None:  # fmt: skip
+def _save(
+    acc,
+    model,
+    base_info: C.BaseInfo,
+    out: Path,
+    meta: dict,
+    rows: list[dict],
+    config: TrainConfig,
+    result: TrainResult,
+    metrics_path: str | None,
+) -> None:
     """All processes gather the weights (FSDP); the main process writes the checkpoint."""
     acc.wait_for_everyone()
     state_dict = acc.get_state_dict(model)
@@ -221,7 +293,9 @@ def _save(acc, model, base_info: C.BaseInfo, out: Path, meta: dict, rows: list[d
         return
     unwrapped = acc.unwrap_model(model)
     if config.gradient_checkpointing:
-        disable = getattr(unwrapped, "activation_checkpointing_disable", None) or unwrapped.gradient_checkpointing_disable
+        disable = (
+            getattr(unwrapped, "activation_checkpointing_disable", None) or unwrapped.gradient_checkpointing_disable
+        )
         disable()
     extra: dict[str, Path] = {}
     if config.lora_r > 0:
@@ -267,16 +341,22 @@ def apply_lora(model, config: TrainConfig, base_info: C.BaseInfo):
             hint="pip install 'rlcycle[lora]'  (or --set lora.r=0 for a full fine-tune)",
         ) from None
     mods = list(config.lora["target_modules"])
-    spec = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora["dropout"],
-                      target_modules="all-linear" if mods == ["all-linear"] else mods,
-                      bias="none", task_type="CAUSAL_LM")  # fmt: skip
+    spec = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora["dropout"],
+        target_modules="all-linear" if mods == ["all-linear"] else mods,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     try:
         model = get_peft_model(model, spec)
     except ValueError as e:
         import torch
 
-        linear = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
-                         if isinstance(m, torch.nn.Linear)})  # fmt: skip
+        linear = sorted(
+            {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+        )
         raise InputError(
             f"lora.target_modules={','.join(mods)}: {e}",
             hint=f"this model's linear layers are named {', '.join(linear)} (or use all-linear)",
@@ -308,8 +388,10 @@ def _continue_adapter(model, config: TrainConfig, base_info: C.BaseInfo, prev: d
     unexpected = list(getattr(result, "unexpected_keys", []) or [])
     missing = [k for k in (getattr(result, "missing_keys", []) or []) if "lora_" in k]
     if unexpected or missing:
-        raise InputError(f"{here}: the adapter does not fit this model (unexpected {unexpected[:3]}, "
-                         f"missing {missing[:3]})", hint="--set lora.continue_adapter=false")  # fmt: skip
+        raise InputError(
+            f"{here}: the adapter does not fit this model (unexpected {unexpected[:3]}, missing {missing[:3]})",
+            hint="--set lora.continue_adapter=false",
+        )
     with torch.no_grad():  # base = merged - delta: the model computes what the merged base did
         for layer in model.modules():
             if isinstance(layer, LoraLayer):
@@ -345,12 +427,26 @@ def metrics_table(rows: list[dict]) -> pa.Table:
 def summarize_run(rows: list[dict], ex: D.Examples) -> dict[str, Any]:
     """Means over the steps that were not skipped, plus totals (rlcycle.json `metrics`)."""
     ok = [r for r in rows if not r["skipped"]]
-    out: dict[str, Any] = {"steps": len(rows), "skipped_steps": len(rows) - len(ok),
-                           "rows_used": len(ex), "rows_dropped": dict(ex.dropped),
-                           "tokens": sum(r["tokens"] for r in rows),
-                           "loss_tokens": sum(r["loss_tokens"] for r in rows)}  # fmt: skip
-    for key in ("loss", "ratio_mean", "mismatch_kl", "ess", "clip_frac", "is_frac", "kl_ref",
-                "grad_norm", "padding_fraction", "tokens_per_s"):  # fmt: skip
+    out: dict[str, Any] = {
+        "steps": len(rows),
+        "skipped_steps": len(rows) - len(ok),
+        "rows_used": len(ex),
+        "rows_dropped": dict(ex.dropped),
+        "tokens": sum(r["tokens"] for r in rows),
+        "loss_tokens": sum(r["loss_tokens"] for r in rows),
+    }
+    for key in (
+        "loss",
+        "ratio_mean",
+        "mismatch_kl",
+        "ess",
+        "clip_frac",
+        "is_frac",
+        "kl_ref",
+        "grad_norm",
+        "padding_fraction",
+        "tokens_per_s",
+    ):
         vals = [r[key] for r in ok if r.get(key) is not None]
         out[f"{key}_mean"] = sum(vals) / len(vals) if vals else None
     out["loss_first"] = ok[0]["loss"] if ok else None
@@ -370,8 +466,10 @@ def _check_rows(ex: D.Examples, config: TrainConfig, versions: list[str], paths:
     why = ", ".join(f"{k}={v}" for k, v in Counter(ex.dropped).most_common()) or "the file is empty"
     hint = "check the examples with `rlcycle inspect`"
     if ex.dropped.get("unknown_policy_version") or ex.dropped.get("stale"):
-        hint = (f"the known policy versions (oldest first) are {versions[-5:]}; pass --set "
-                "policy_versions=v1,v2 or --set max_policy_lag=none to skip the staleness check")  # fmt: skip
+        hint = (
+            f"the known policy versions (oldest first) are {versions[-5:]}; pass --set "
+            "policy_versions=v1,v2 or --set max_policy_lag=none to skip the staleness check"
+        )
     elif len(ex) and config.drop_last:
         hint = f"{len(ex)} rows is less than batch_size={config.batch_size}; lower it or drop drop_last"
     raise InputError(f"no trainable rows in {', '.join(paths)} ({ex.rows_in} rows read; dropped: {why})", hint=hint)
@@ -379,10 +477,12 @@ def _check_rows(ex: D.Examples, config: TrainConfig, versions: list[str], paths:
 
 def _start_line(ex: D.Examples, schedule: D.Schedule, config: TrainConfig, acc) -> str:
     dropped = ", ".join(f"{k}={v}" for k, v in ex.dropped.most_common()) or "none"
-    return (f"train: {len(ex):,} of {ex.rows_in:,} rows usable (dropped: {dropped}); "
-            f"{schedule.n_steps} steps of {config.batch_size} rows, objective={config.objective} "
-            f"({config.norm} normalisation), {acc.num_processes} process(es) on {acc.device}, "
-            f"precision={acc.mixed_precision}")  # fmt: skip
+    return (
+        f"train: {len(ex):,} of {ex.rows_in:,} rows usable (dropped: {dropped}); "
+        f"{schedule.n_steps} steps of {config.batch_size} rows, objective={config.objective} "
+        f"({config.norm} normalisation), {acc.num_processes} process(es) on {acc.device}, "
+        f"precision={acc.mixed_precision}"
+    )
 
 
 def _g(x) -> str:
