@@ -9,10 +9,20 @@ in a background thread (`start`: tests and benches use it; `close()` stops it th
 
 The socket is bound here, before uvicorn starts, so `--port 0` knows its port at once and a
 bind error is an `RlcycleError` naming the address.
+
+Stopping: SIGINT and SIGTERM both stop uvicorn gracefully (no new connections, in-flight requests
+answered), then the engines are closed and the log is flushed and fsync'd; only then does the
+process exit (SIGTERM: exit 0, SIGINT: 130). Every completion a client received was queued
+before its response was written, so after a graceful stop it is on disk. Why this needs code:
+uvicorn re-raises the signal it caught once it has stopped, with the handler that was there
+before it started; for SIGTERM that is the default action, which ends the process at once and
+skipped the flush of the last batch (issue 24). `serve` installs a handler that turns the
+re-raised SIGTERM into an exception, and ignores further signals while it flushes.
 """
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -92,9 +102,20 @@ class Running:
 
 
 def shutdown(gw: Gateway) -> None:
-    gw.models.close()
-    if gw.log is not None:
-        gw.log.close()
+    """Close the engines (queued work runs first), then flush and close the log, even if closing failed."""
+    try:
+        gw.models.close()
+    finally:
+        if gw.log is not None:
+            gw.log.close()
+
+
+class Terminated(Exception):
+    """SIGTERM arrived: stop like Ctrl-C does, but exit 0 (a service manager asked for it)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 def start(config: GatewayConfig) -> Running:
@@ -121,8 +142,24 @@ def serve(config: GatewayConfig, on_listening: Any = None) -> None:
     if on_listening is not None:
         on_listening(url_of(sock), gw)
     gw.models.start_watch()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
     try:
         _server(gw).run(sockets=[sock])
+    except Terminated:
+        pass
     finally:
-        sock.close()
-        shutdown(gw)
+        if main:  # a second signal must not cut the flush short (kill -9 still can)
+            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            sock.close()
+            shutdown(gw)
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, old_int)
+                signal.signal(signal.SIGTERM, previous)
+    if gw.log is not None:
+        from rlcycle import console
+
+        console.info(f"gateway: stopped; {gw.log.stats.written} events written to {gw.config.log_dir}")
