@@ -94,6 +94,12 @@ def test_plain_completion_is_logged_with_exact_ids(gateway, world):
         "seed": 3,
         "max_tokens": 6,
         "truncated": False,
+        "greedy": False,
+        "stop": [],
+        "n": 1,
+        "parallel_tool_calls": True,
+        "tool_choice": None,
+        "prefill": "",
     }
     # the same seed gives the same sample (and a session id is made when none is sent)
     again = _client(gateway).chat.completions.with_raw_response.create(
@@ -145,7 +151,14 @@ def test_secrets_are_redacted_before_disk(gateway):
         ({"messages": MSGS, "tool_choice": "required", "tools": []}, "tool_choice", 400),
         ({"messages": MSGS, "max_tokens": 10**6}, "max_tokens", 400),
         ({"messages": MSGS, "temperature": "hot"}, "temperature", 400),
-        ({"messages": MSGS, "n": 2}, "n", 400),
+        ({"messages": MSGS, "n": 99}, "n", 400),
+        ({"messages": MSGS, "top_logprobs": 2}, "top_logprobs", 400),
+        ({"messages": MSGS, "response_format": {"type": "json_object"}}, "response_format", 400),
+        (
+            {"messages": MSGS, "tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": []},
+            "tool_choice",
+            400,
+        ),
     ],
 )
 def test_bad_requests_name_the_field(gateway, body, param, status):

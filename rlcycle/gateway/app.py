@@ -5,7 +5,7 @@ In: HTTP requests. Out: OpenAI-format responses with `X-Checkpoint-Id`, `X-Sessi
 
     GET  /health                  "ok" (no auth: for load balancers)
     GET  /v1/models               the served alias and checkpoint
-    POST /v1/chat/completions     chat completions (tools, tool_choice auto/none, stream)
+    POST /v1/chat/completions     chat completions (tools, tool_choice, stop, n, logprobs, stream)
     POST /v1/rlcycle/events       late signals: edit_outcome, user_message, feedback, tool_result
     POST /v1/rlcycle/reload       re-resolve the aliases now (deploy's HTTP hook can call it)
     GET  /v1/rlcycle/stats        log and router counters
@@ -15,6 +15,11 @@ and returned in the header; the episode from `X-Episode-Id` (or metadata), else 
 message of the session. Idempotency: a request with an `Idempotency-Key` (or `X-Request-Id`)
 header seen before gets the first answer again and logs nothing; a request the OpenAI SDK
 retries (`x-stainless-retry-count` > 0) without a key is matched to an earlier one by its body.
+
+Refusals: every problem of a request is listed in one 400 (`error.problems`, an extension of
+OpenAI's shape; `error.param` is the first), unknown routes get 404 in the same shape, and each
+refused request is one stderr line (status, fields, User-Agent) and counted per status and per
+field in /v1/rlcycle/stats.
 
 Auth: with an api key set, every route but /health needs `Authorization: Bearer KEY`, compared
 with `hmac.compare_digest`. Bodies over `max_body_bytes` get 413.
@@ -26,14 +31,16 @@ import asyncio
 import hashlib
 import hmac
 import json
+import sys
 import time
 import uuid
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlcycle.agent.events import iso
 from rlcycle.collect.jsonl import parse_block
@@ -41,6 +48,7 @@ from rlcycle.gateway import chat
 from rlcycle.gateway.chat import BadRequest
 from rlcycle.gateway.config import GatewayConfig
 from rlcycle.gateway.engine import Models
+from rlcycle.gateway.finish import finish
 from rlcycle.gateway.logwriter import EventLog
 
 LATE_TYPES = ("edit_outcome", "user_message", "feedback", "tool_result")
@@ -79,6 +87,8 @@ class Gateway:
         self._raw_text: OrderedDict[str, str] = OrderedDict()  # tool-call id -> model's raw text
         self.requests = 0
         self.replayed = 0
+        self.refused: Counter = Counter()  # refused requests by status
+        self.refused_fields: Counter = Counter()  # ... and by field named (a request may name several)
         self.app = self._build()
 
     # --- plumbing -------------------------------------------------------------------------
@@ -159,49 +169,71 @@ class Gateway:
                 raise BadRequest(f"{name} must be printable and at most {MAX_ID_CHARS} characters", name)
         return session or f"gw-{uuid.uuid4().hex}", episode
 
-    async def _complete(self, request: Request, req: chat.ChatRequest, body: dict, key: str | None) -> chat.Result:
+    async def _complete(
+        self, request: Request, req: chat.ChatRequest, body: dict, key: str | None
+    ) -> list[chat.Result]:
+        """Sample the request's n choices; each is logged as its own completion before any answer."""
         self.requests += 1
         session, episode = self._ids(request, req)
         episode_id, turn = chat.episode_and_turn(req.messages, session, episode)
-        sample_id = "gw-" + (
+        base = "gw-" + (
             hashlib.sha256(key.encode()).hexdigest()[:24] if key and key.startswith("k:") else uuid.uuid4().hex[:24]
         )
         engine = self.models.acquire(session)
         try:
             renderer = engine.renderer(req.tools)
             prompt = await asyncio.to_thread(chat.render_prompt, renderer, req, self.config.max_prompt_tokens)
-            gen = await asyncio.wrap_future(engine.submit(prompt, req.params))
-            text, parsed = chat.parse_generation(renderer, gen, req.tools)
+            seeds = [None if req.params.seed is None else req.params.seed + i for i in range(req.n)]
+            futures = [engine.submit(prompt, replace(req.params, seed=sd)) for sd in seeds]
+            gens = [await asyncio.wrap_future(f) for f in futures]
+            done = [finish(renderer, g, req.tools, req.stop, req.parallel_tool_calls, req.prefill) for g in gens]
+            tokens = (
+                [[renderer.tokenizer.decode([t], skip_special_tokens=False) for t in d.gen.token_ids] for d in done]
+                if req.logprobs
+                else [None] * req.n
+            )
         finally:
             self.models.release(engine)
-        result = chat.Result(
-            sample_id,
-            sample_id,
-            session,
-            episode_id,
-            turn,
-            engine.checkpoint_id,
-            engine.role,
-            prompt,
-            gen,
-            text,
-            parsed,
-        )
-        result.request_id = key[2:] if key and key.startswith("k:") else sample_id
-        for i, c in enumerate(parsed.calls):
-            if c.valid:
-                self._raw_text[result.call_id(i)] = text
+        results = []
+        for i, d in enumerate(done):
+            sample_id = base if req.n == 1 else f"{base}-{i}"
+            r = chat.Result(
+                sample_id,
+                sample_id,
+                session,
+                episode_id,
+                turn,
+                engine.checkpoint_id,
+                engine.role,
+                prompt,
+                d.gen,
+                d.text,
+                d.parsed,
+                index=i,
+                cut=d.cut,
+                logged_text=d.logged_text,
+                raw=d.raw,
+                tokens=tokens[i],
+            )
+            r.request_id = key[2:] if key and key.startswith("k:") else base
+            for j, c in enumerate(d.parsed.calls):
+                if c.valid:
+                    self._raw_text[r.call_id(j)] = d.raw
+            results.append(r)
         while len(self._raw_text) > self.config.idempotency_entries:
             self._raw_text.popitem(last=False)
         if self.log is not None:
-            self.log.append(*chat.completion_events(result, req.sampling))
-        return result
+            events = []
+            for r, sd in zip(results, seeds, strict=True):
+                events += chat.completion_events(r, {**req.sampling, "seed": sd})
+            self.log.append(*events)
+        return results
 
-    def _respond(self, result: chat.Result, req: chat.ChatRequest) -> Response:
-        headers = result.headers()
+    def _respond(self, results: list[chat.Result], req: chat.ChatRequest) -> Response:
+        headers = chat.headers(results)
         if not req.stream:
-            return JSONResponse(chat.response_body(result, self.model_name), headers=headers)
-        chunks = chat.stream_chunks(result, self.model_name, req.include_usage)
+            return JSONResponse(chat.response_body(results, self.model_name), headers=headers)
+        chunks = chat.stream_chunks(results, self.model_name, req.include_usage)
 
         async def sse():
             for c in chunks:
@@ -209,6 +241,19 @@ class Gateway:
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
+
+    def _refusal(self, request: Request, status: int, fields: list[str], message: str) -> None:
+        """One stderr line per refused request (status, fields, User-Agent), counted per field."""
+        self.refused[str(status)] += 1
+        self.refused_fields.update(dict.fromkeys(fields, 1))
+        ua = request.headers.get("user-agent", "-")[:120]
+        line = (
+            f"gateway: refused {status} {request.method} {request.url.path} field={','.join(fields)} "
+            f"user-agent={json.dumps(ua)}: {message[:300]}"
+        )
+        # Exactly one line whatever the terminal's width (a rich console would wrap it).
+        sys.stderr.write(line.replace("\n", " ") + "\n")
+        sys.stderr.flush()
 
     # --- late signals -------------------------------------------------------------------------
     async def events(self, request: Request) -> Response:
@@ -251,6 +296,7 @@ class Gateway:
         @app.middleware("http")
         async def guard(request: Request, call_next):
             if request.url.path != "/health" and not self._authorised(request):
+                self._refusal(request, 401, ["authorization"], "missing or wrong API key")
                 return _error(
                     401,
                     "missing or wrong API key (Authorization: Bearer KEY)",
@@ -261,7 +307,20 @@ class Gateway:
 
         @app.exception_handler(BadRequest)
         async def bad_request(request: Request, e: BadRequest) -> Response:
-            return _error(e.status, str(e), e.param)
+            self._refusal(request, e.status, [p or "body" for p, _ in e.problems], str(e))
+            body = {"message": str(e), "type": "invalid_request_error", "param": e.param, "code": e.status}
+            if len(e.problems) > 1:  # an extension: every problem with its field
+                body["problems"] = [{"param": p, "message": m} for p, m in e.problems]
+            return JSONResponse({"error": body}, status_code=e.status)
+
+        @app.exception_handler(StarletteHTTPException)
+        async def not_found(request: Request, e: StarletteHTTPException) -> Response:  # 404, 405: OpenAI's shape
+            what = "route" if e.status_code == 404 else "method"
+            self._refusal(request, e.status_code, [what], f"{request.method} {request.url.path}")
+            hint = " (this gateway serves /v1/chat/completions, /v1/models and /v1/rlcycle/*)"
+            return _error(
+                e.status_code, f"{e.detail}: {request.method} {request.url.path}{hint}", what, headers=e.headers
+            )
 
         @app.exception_handler(Exception)
         async def failed(request: Request, e: Exception) -> Response:  # the model or upstream failed
@@ -303,6 +362,9 @@ class Gateway:
                 {
                     "requests": self.requests,
                     "replayed": self.replayed,
+                    "refused": sum(self.refused.values()),
+                    "refused_by_status": dict(self.refused),
+                    "refused_by_field": dict(self.refused_fields),
                     "models": self.models.describe(),
                     "log": self.log.stats.as_dict() if self.log else None,
                 }

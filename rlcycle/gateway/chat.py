@@ -15,9 +15,19 @@ Tool calls are parsed by the shared harness parser against the request's tools. 
 become `tool_calls` (id = the logged `call_id`); an invalid call stays in `content` as text, is
 listed in the event's `tool_calls` and gets a `tool_result` event with status `invalid`.
 
-Truncated sampling: top_p < 1 is refused (400, param `top_p`) unless the gateway runs with
-`allow_truncated_sampling`; top_k, penalties, logit_bias and stop strings are always refused:
-each changes the sampling distribution in a way the logged logprobs would not say.
+What a request may change (the rule: *where the completion ends* or *what the prompt holds*,
+never the per-token distribution behind the logged logprobs):
+- `stop` strings and `parallel_tool_calls: false` end the completion at the first token whose
+  decoded text completes a stop string (or the first call): the ids are cut there, never
+  re-tokenised (`finish.py`);
+- `tool_choice: "required"` or a named function prefills the call's opening into the prompt
+  (logged in `prompt_ids`), the rest is sampled;
+- `n > 1` draws n independent samples, each logged as its own completion (`choice_index`);
+- `logprobs: true` returns the logged logprobs of the sampled tokens.
+Refused, all problems listed at once: top_k, min_p, penalties, logit_bias, best_of, top_logprobs
+> 0 (only the sampled token's logprob exists), response_format json (constrained decoding; the
+gateway never constrains silently), and top_p < 1 unless the gateway runs with
+`allow_truncated_sampling` (then logged as `sampling.truncated`; train drops those rows).
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from typing import Any
 from rlcycle.agent.events import iso
 from rlcycle.errors import InputError
 from rlcycle.gateway.config import GatewayConfig
-from rlcycle.harness.parse import CLOSE, OPEN, ParsedCompletion, parse_completion
+from rlcycle.harness.parse import CLOSE, OPEN, ParsedCompletion
 from rlcycle.harness.render import ChatRenderer
 from rlcycle.harness.tools import ToolSpec
 from rlcycle.policy.base import Generation, SamplingParams
@@ -44,18 +54,51 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
     "frequency_penalty": (None, 0, 0.0),
     "repetition_penalty": (None, 1, 1.0),
     "logit_bias": (None, {}),
-    "stop": (None, [], ""),
-    "n": (None, 1),
     "best_of": (None, 1),
 }
+MAX_N = 16  # choices per request
+MAX_STOP = 16  # stop strings per request (OpenAI allows 4; some clients send more)
 
 
 class BadRequest(Exception):
-    """A request refused with `status` (400 unless said), naming the offending `param`."""
+    """A request refused with `status` (400 unless said), naming the offending `param`.
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400):
+    `problems` lists every (param, message) found; the message names them all.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        param: str | None = None,
+        status: int = 400,
+        problems: list[tuple[str | None, str]] | None = None,
+    ):
         super().__init__(message)
         self.param, self.status = param, status
+        self.problems = problems or [(param, message)]
+
+
+class _Problems:
+    """Collects what is wrong with a request so the 400 lists it all at once."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str | None, str]] = []
+
+    def run(self, fn: Any, *args: Any, default: Any = None) -> Any:
+        try:
+            return fn(*args)
+        except BadRequest as e:
+            self.items += e.problems
+            return default
+
+    def raise_any(self) -> None:
+        if not self.items:
+            return
+        if len(self.items) == 1:
+            param, msg = self.items[0]
+            raise BadRequest(msg, param, problems=self.items)
+        text = f"{len(self.items)} problems: " + "; ".join(f"{p or 'body'}: {m}" for p, m in self.items)
+        raise BadRequest(text, self.items[0][0], problems=self.items)
 
 
 @dataclass
@@ -68,33 +111,71 @@ class ChatRequest:
     include_usage: bool = False
     model: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    stop: tuple[str, ...] = ()  # stop strings: the completion ends where one is completed
+    n: int = 1  # independent choices, each logged as its own completion
+    parallel_tool_calls: bool = True  # False: the completion ends after its first call
+    prefill: str = ""  # text put after the generation prompt (tool_choice required / named)
+    logprobs: bool = False  # return the sampled tokens' logprobs
 
 
 # --- requests ----------------------------------------------------------------------------------
 
 
 def parse_request(body: Any, config: GatewayConfig, raw_text: dict[str, str]) -> ChatRequest:
-    """Check a chat-completions body; BadRequest names the first field that is wrong.
+    """Check a chat-completions body; BadRequest lists every field that is wrong.
 
     `raw_text` maps tool-call ids the gateway returned to the model's raw completion text.
     """
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
+    bad = _Problems()
     for key, ok in NEUTRAL.items():
         if key in body and body[key] not in ok:
-            raise BadRequest(
-                f"{key}={json.dumps(body[key])[:80]} is not supported: it would change the "
-                "sampling distribution behind the logged logprobs",
-                key,
+            bad.items.append(
+                (
+                    key,
+                    f"{key}={json.dumps(body[key])[:80]} is not supported: it would change the "
+                    "sampling distribution behind the logged logprobs",
+                )
             )
     fmt = body.get("response_format")
     if fmt not in (None, {"type": "text"}):
-        raise BadRequest(
-            "response_format other than text is not supported (constrained decoding changes the sampling distribution)",
-            "response_format",
+        bad.items.append(
+            (
+                "response_format",
+                "response_format json_object/json_schema is refused: the gateway does not constrain "
+                "decoding (that would change the sampling distribution behind the logged logprobs) and "
+                "does not pretend to; ask for JSON in a message and parse the text",
+            )
         )
-    tools = _tools(body.get("tools"), body.get("tool_choice"))
-    messages = _messages(body.get("messages"), raw_text)
+    choice = body.get("tool_choice")
+    tools = bad.run(_tools, body.get("tools"), choice, default=())
+    prefill = bad.run(_prefill, choice, tools, default="")
+    messages = bad.run(_messages, body.get("messages"), raw_text, default=[])
+    params, sampling = bad.run(_params, body, config, default=(None, {}))
+    stop = bad.run(_stop, body.get("stop"), default=())
+    n = bad.run(_int, body, "n", 1, 1, MAX_N, default=1)
+    parallel = body.get("parallel_tool_calls", True)
+    if parallel is None:
+        parallel = True
+    if not isinstance(parallel, bool):
+        bad.items.append(("parallel_tool_calls", "parallel_tool_calls must be true or false"))
+    logprobs = body.get("logprobs") or False
+    if not isinstance(logprobs, bool):
+        bad.items.append(("logprobs", "logprobs must be true or false"))
+    top = body.get("top_logprobs")
+    if top not in (None, 0):
+        bad.items.append(
+            (
+                "top_logprobs",
+                "top_logprobs > 0 is not supported: only the sampled token's logprob is known (ask for logprobs: true)",
+            )
+        )
+    opts = body.get("stream_options") or {}
+    meta = body.get("metadata") or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        bad.items.append(("metadata", "metadata must be an object of strings"))
+    bad.raise_any()
     if config.redact and config.redact_inputs:
         from collections import Counter
 
@@ -102,11 +183,13 @@ def parse_request(body: Any, config: GatewayConfig, raw_text: dict[str, str]) ->
 
         texts = redact_texts([m["content"] for m in messages], patterns_with(config.secret_patterns), Counter())
         messages = [{**m, "content": t or ""} for m, t in zip(messages, texts, strict=True)]
-    params, sampling = _params(body, config)
-    opts = body.get("stream_options") or {}
-    meta = body.get("metadata") or {}
-    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
-        raise BadRequest("metadata must be an object of strings", "metadata")
+    sampling.update(
+        stop=list(stop),
+        n=n,
+        parallel_tool_calls=parallel,
+        tool_choice=choice,
+        prefill=prefill,
+    )
     model = body.get("model")
     return ChatRequest(
         messages,
@@ -117,7 +200,53 @@ def parse_request(body: Any, config: GatewayConfig, raw_text: dict[str, str]) ->
         include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
         model=model if isinstance(model, str) else None,
         metadata=meta,
+        stop=stop,
+        n=n,
+        parallel_tool_calls=parallel,
+        prefill=prefill,
+        logprobs=logprobs,
     )
+
+
+def _int(body: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
+    v = body.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise BadRequest(f"{key} must be an integer in [{lo}, {hi}], got {json.dumps(v)[:40]}", key)
+    return v
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    """Stop strings: a string or a list of them (empty ones are ignored, as OpenAI does)."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+        raise BadRequest("stop must be a string or a list of strings", "stop")
+    if len(items) > MAX_STOP:
+        raise BadRequest(f"stop takes at most {MAX_STOP} strings, got {len(items)}", "stop")
+    return tuple(dict.fromkeys(x for x in items if x))
+
+
+def _prefill(choice: Any, tools: tuple[ToolSpec, ...]) -> str:
+    """The text a forced tool call starts with: the tag, and for a named function its name.
+
+    Put after the generation prompt, it is part of the prompt (logged in prompt_ids), so the
+    sampled rest has the model's own distribution given that opening: exact, unlike a grammar.
+    """
+    if choice in (None, "auto", "none"):
+        return ""
+    if not tools:
+        raise BadRequest("tool_choice forces a tool call, but the request has no tools", "tool_choice")
+    if choice == "required":
+        return OPEN
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if not isinstance(name, str) or name not in {t.name for t in tools}:
+        raise BadRequest(
+            f"tool_choice names {json.dumps(name)}, which is not one of the request's tools", "tool_choice"
+        )
+    return OPEN + '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
 
 
 def _params(body: dict[str, Any], config: GatewayConfig) -> tuple[SamplingParams, dict[str, Any]]:
@@ -157,15 +286,16 @@ def _params(body: dict[str, Any], config: GatewayConfig) -> tuple[SamplingParams
         "seed": seed,
         "max_tokens": mt,
         "truncated": top_p < 1 and temperature > 0,
+        "greedy": temperature == 0,  # argmax decoding: the behaviour policy is a point mass
     }
     return params, sampling
 
 
 def _tools(tools: Any, choice: Any) -> tuple[ToolSpec, ...]:
-    if choice not in (None, "auto", "none"):
+    named = isinstance(choice, dict) and choice.get("type", "function") == "function"
+    if choice not in (None, "auto", "none", "required") and not named:
         raise BadRequest(
-            "tool_choice must be 'auto' or 'none' (forcing a call needs constrained "
-            "decoding, which changes the sampling distribution)",
+            "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
             "tool_choice",
         )
     if tools is None or choice == "none":
@@ -248,13 +378,15 @@ def _assistant_text(content: str, calls: Any, raw_text: dict[str, str], where: s
 
 
 def render_prompt(renderer: ChatRenderer, req: ChatRequest, cap: int) -> list[int]:
-    """The prompt ids the model is given (what the event logs as prompt_ids)."""
+    """The prompt ids the model is given (what the event logs as prompt_ids), prefill included."""
     try:
         ids = renderer.render(req.messages, add_generation_prompt=True)
     except InputError as e:
         raise BadRequest(str(e), "messages") from None
     except Exception as e:  # a Jinja template error on these messages
         raise BadRequest(f"the chat template cannot render these messages: {e}", "messages") from None
+    if req.prefill:
+        ids = ids + renderer.encode(req.prefill)
     if len(ids) > cap:
         raise BadRequest(
             f"the prompt renders to {len(ids)} tokens, over this gateway's cap {cap}", "messages", status=400
@@ -267,7 +399,7 @@ def render_prompt(renderer: ChatRenderer, req: ChatRequest, cap: int) -> list[in
 
 @dataclass
 class Result:
-    """One finished completion: what the response says and what the events log."""
+    """One finished choice: what the response says and what the events log."""
 
     request_id: str
     sample_id: str
@@ -277,22 +409,19 @@ class Result:
     checkpoint_id: str
     role: str
     prompt_ids: list[int]
-    gen: Generation
-    text: str
+    gen: Generation  # the kept ids and logprobs (after stop strings)
+    text: str  # what the client gets (prefill + text before a stop string)
     parsed: ParsedCompletion
+    index: int = 0  # choice index (n > 1)
+    cut: dict[str, Any] | None = None  # why the ids were cut short (finish.Finished.cut)
+    logged_text: str | None = None  # decoded kept ids (completion_text); default `text`
+    raw: str | None = None  # what the model wrote, prefill included (rendered on later turns)
+    tokens: list[str] | None = None  # each kept id decoded alone (logprobs: true)
+    episode_rule: str = ""  # which rule gave the session and episode (docs/gateway.md)
     created: int = field(default_factory=lambda: int(time.time()))
 
     def call_id(self, i: int) -> str:
         return f"{self.sample_id}-c{i}"
-
-    def headers(self) -> dict[str, str]:
-        return {
-            "X-Session-Id": self.session_id,
-            "X-Episode-Id": self.episode_id,
-            "X-Sample-Id": self.sample_id,
-            "X-Checkpoint-Id": self.checkpoint_id,
-            "X-Request-Id": self.request_id,
-        }
 
     def message(self) -> tuple[str | None, list[dict[str, Any]], str]:
         """(content, tool_calls, finish_reason): valid calls lifted out, invalid ones left as text."""
@@ -309,49 +438,81 @@ class Result:
         reason = "tool_calls" if tool_calls else ("length" if self.gen.finish_reason == "length" else "stop")
         return (content or None) if tool_calls else content, tool_calls, reason
 
-    def usage(self) -> dict[str, int]:
-        n_in, n_out = len(self.prompt_ids), len(self.gen.token_ids)
-        return {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+    def logprobs(self) -> dict[str, Any] | None:
+        """OpenAI's `logprobs` of a choice: the logged logprob of every kept sampled token."""
+        if self.tokens is None:
+            return None
+        return {
+            "content": [
+                {"token": t, "logprob": float(lp), "bytes": list(t.encode("utf-8")), "top_logprobs": []}
+                for t, lp in zip(self.tokens, self.gen.logprobs, strict=True)
+            ],
+            "refusal": None,
+        }
 
 
-def response_body(r: Result, model: str) -> dict[str, Any]:
-    content, tool_calls, reason = r.message()
-    msg: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        msg["tool_calls"] = tool_calls
+def headers(results: list[Result]) -> dict[str, str]:
+    """Response headers; with n > 1 the sample ids of all choices, comma-separated, in order."""
+    r = results[0]
+    return {
+        "X-Session-Id": r.session_id,
+        "X-Episode-Id": r.episode_id,
+        "X-Sample-Id": ",".join(x.sample_id for x in results),
+        "X-Checkpoint-Id": r.checkpoint_id,
+        "X-Request-Id": r.request_id,
+    }
+
+
+def usage(results: list[Result]) -> dict[str, int]:
+    n_in, n_out = len(results[0].prompt_ids), sum(len(r.gen.token_ids) for r in results)
+    return {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+
+
+def response_body(results: list[Result], model: str) -> dict[str, Any]:
+    choices = []
+    for r in results:
+        content, tool_calls, reason = r.message()
+        msg: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls:
+            msg["tool_calls"] = tool_calls
+        choices.append({"index": r.index, "message": msg, "logprobs": r.logprobs(), "finish_reason": reason})
+    r = results[0]
     return {
         "id": f"chatcmpl-{r.sample_id}",
         "object": "chat.completion",
         "created": r.created,
         "model": model,
         "system_fingerprint": r.checkpoint_id,
-        "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": reason}],
-        "usage": r.usage(),
+        "choices": choices,
+        "usage": usage(results),
     }
 
 
-def stream_chunks(r: Result, model: str, include_usage: bool) -> list[dict[str, Any]]:
-    """The SSE chunks of a finished completion (the backends do not stream tokens)."""
-    content, tool_calls, reason = r.message()
+def stream_chunks(results: list[Result], model: str, include_usage: bool) -> list[dict[str, Any]]:
+    """The SSE chunks of finished choices (the backends do not stream tokens)."""
+    r0 = results[0]
     base = {
-        "id": f"chatcmpl-{r.sample_id}",
+        "id": f"chatcmpl-{r0.sample_id}",
         "object": "chat.completion.chunk",
-        "created": r.created,
+        "created": r0.created,
         "model": model,
-        "system_fingerprint": r.checkpoint_id,
+        "system_fingerprint": r0.checkpoint_id,
     }
+    out = []
+    for r in results:
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        def chunk(delta: dict[str, Any], finish: str | None = None, lp: Any = None, i: int = r.index) -> dict[str, Any]:
+            return {**base, "choices": [{"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}]}
 
-    out = [chunk({"role": "assistant", "content": ""})]
-    if content:
-        out.append(chunk({"content": content}))
-    if tool_calls:
-        out.append(chunk({"tool_calls": [{"index": k, **tc} for k, tc in enumerate(tool_calls)]}))
-    out.append(chunk({}, reason))
+        content, tool_calls, reason = r.message()
+        out.append(chunk({"role": "assistant", "content": ""}))
+        if content:
+            out.append(chunk({"content": content}, lp=r.logprobs()))
+        if tool_calls:
+            out.append(chunk({"tool_calls": [{"index": k, **tc} for k, tc in enumerate(tool_calls)]}))
+        out.append(chunk({}, reason))
     if include_usage:
-        out.append({**base, "choices": [], "usage": r.usage()})
+        out.append({**base, "choices": [], "usage": usage(results)})
     return out
 
 
@@ -371,18 +532,23 @@ def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any
         "prompt_ids": r.prompt_ids,
         "completion_ids": r.gen.token_ids,
         "completion_logprobs": r.gen.logprobs,
-        "completion_text": r.text,
+        "completion_text": r.text if r.logged_text is None else r.logged_text,
         "tool_calls": [
             {"call_id": r.call_id(i), "name": c.name, "arguments": c.arguments_json} for i, c in enumerate(calls)
         ],
         "latency_ms": round(float(r.gen.latency_ms), 3),
         "temperature": sampling["temperature"],
         "max_new_tokens": sampling["max_tokens"],  # the request's limit: Dr. GRPO's M in train
-        # Extensions collect ignores today; what a correction of truncated sampling would need.
+        # Extensions: collect carries greedy and top_p into trajectories, and train drops those
+        # rows from the importance-corrected update (their logged logprobs are not the behaviour's).
+        "greedy": sampling["greedy"],
         "top_p": sampling["top_p"],
         "seed": sampling["seed"],
         "sampling": sampling,
         "finish_reason": r.gen.finish_reason,
+        "cut": r.cut,
+        "choice_index": r.index,
+        "episode_rule": r.episode_rule,
         "request_id": r.request_id,
         "served_as": r.role,
         "n_unlisted_calls": r.parsed.n_unlisted,
@@ -404,13 +570,6 @@ def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any
                 }
             )
     return out
-
-
-def parse_generation(
-    renderer: ChatRenderer, gen: Generation, tools: tuple[ToolSpec, ...]
-) -> tuple[str, ParsedCompletion]:
-    text = renderer.completion_text(gen.token_ids)
-    return text, parse_completion(text, tools)
 
 
 def episode_and_turn(messages: list[dict[str, str]], session_id: str, episode_id: str | None) -> tuple[str, int]:

@@ -31,6 +31,16 @@ for their full JSON schemas, so a small model's prompt stays short and every tur
     <|im_start|>assistant
     ...
 
+With `tool_details` (the renderer sets it for any tool set that is not the harness's own, e.g.
+the tools an agent framework sends through the gateway), each argument is its whole JSON-schema
+entry (type, description, enum, ...) and the tool line ends with its `required` list:
+
+    {"name": "bash", "description": "...", "arguments": {"command": {"type": "string",
+     "description": "The bash command to execute"}}, "required": ["command"]}
+
+The harness's own tools keep the compact line, so simulate, eval and production prompts are
+unchanged (PROMPT_VERSION stays).
+
 Every message is `<|im_start|>{role}\\n{content}<|im_end|>\\n`; a tool result is a `tool`
 message whose content is wrapped in `<tool_response>\\n...\\n</tool_response>`, one message
 per call, in the order of the calls. The generation prompt is `<|im_start|>assistant\\n`.
@@ -73,9 +83,14 @@ BUILTIN_CHAT_TEMPLATE = (
     "{{- '\\n{\"name\": ' + (f['name'] | tojson) + ', \"description\": ' + (f['description'] | tojson)"
     " + ', \"arguments\": {' -}}"
     "{%- for key, spec in (f['parameters']['properties'] | default({})).items() -%}"
-    "{{- (', ' if not loop.first else '') + (key | tojson) + ': ' + (spec['type'] | tojson) -}}"
+    "{{- (', ' if not loop.first else '') + (key | tojson) + ': '"
+    " + ((spec | tojson) if tool_details is defined and tool_details else (spec['type'] | tojson)) -}}"
     "{%- endfor -%}"
-    "{{- '}}' -}}"
+    "{{- '}' -}}"
+    "{%- if tool_details is defined and tool_details and f['parameters']['required'] -%}"
+    "{{- ', \"required\": ' + (f['parameters']['required'] | tojson) -}}"
+    "{%- endif -%}"
+    "{{- '}' -}}"
     "{%- endfor -%}"
     "{{- '\\n</tools>' -}}"
     "{%- endif -%}"

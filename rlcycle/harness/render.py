@@ -25,7 +25,9 @@ what the tokenizer would produce for their text, incremental ids == `render(mess
 
 Template choice: the model's own chat template when it references `tools` (detected from the
 Jinja AST), else `prompt.BUILTIN_CHAT_TEMPLATE` (ChatML with a `# Tools` system section and
-`tool` messages wrapped in `<tool_response>`). Both receive the same `tools` list.
+`tool` messages wrapped in `<tool_response>`). Both receive the same `tools` list. For tools that
+are not the harness's own, the built-in template also renders each argument's description and
+the `required` list (`tool_details`; see prompt.py): the harness's own prompts stay as they were.
 
 User and tool text is *neutralised*: an added-token string inside it (a file that contains
 `<|im_end|>` or `</tool_response>`) gets a zero-width space after its first character, so
@@ -83,10 +85,15 @@ class ChatRenderer:
         tools: tuple[ToolSpec, ...] = TOOLS,
         template: str = "auto",
         max_tool_output_chars: int = 8_000,
+        tool_details: bool | None = None,
     ):
         self.tokenizer = tokenizer
         self.tools = tools
         self.tool_defs = openai_tools(tools)
+        # The built-in template's full argument schemas and `required` lists: on for tools that are
+        # not the harness's own (None = decide so), so rlcycle's own prompts never change.
+        own = [t.openai() for t in TOOLS]
+        self.tool_details = any(d not in own for d in self.tool_defs) if tool_details is None else tool_details
         self.max_tool_output_chars = max_tool_output_chars
         model_tpl = _model_template(tokenizer)
         if template == "auto":
@@ -134,6 +141,7 @@ class ChatRenderer:
             chat_template=self.template,
             add_generation_prompt=add_generation_prompt,
             tokenize=False,
+            **({"tool_details": True} if self.tool_details else {}),
         )
 
     def render(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = False) -> list[int]:

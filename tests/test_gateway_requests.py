@@ -1,0 +1,195 @@
+"""What agent frameworks send, accepted exactly (issue 24): stop strings, n > 1, forced tool calls,
+`parallel_tool_calls: false`, logprobs, content parts, assistant turns without content, tool
+descriptions in the prompt; and what is refused: every bad field at once, OpenAI's error shape
+for unknown routes, one stderr line and a per-field count per refusal.
+
+The tiny random model (in-process, real transformers) checks the exact-ids rules on sampled
+soup; where a known text is needed (a stop string inside a scripted "Thought/Observation" step,
+two tool calls in one completion, the rest of a forced call) the gateway runs `--upstream`
+against `rlcycle serve` with a scripted `ReplayPolicy` (a stand-in for the model only: the
+gateway, harness, parser, HTTP hop and log are real).
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from rlcycle.harness.render import ChatRenderer
+from tests.test_gateway import _client, _events_of, _start, world  # noqa: F401  (fixture)
+
+MSGS = [{"role": "user", "content": "Say hi."}]
+BASH = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a command.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "The bash command to execute"}},
+            "required": ["command"],
+        },
+    },
+}
+SCRIPT = {
+    "smol": ["Thought: list the files\nCode: ls\nObservation: made up by the model\nThought: more"],
+    "two calls": [
+        'Both.\n<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>\n'
+        '<tool_call>{"name": "bash", "arguments": {"command": "pwd"}}</tool_call>'
+    ],
+    "forced": ['{"command": "ls -la"}}</tool_call>'],
+}
+
+
+@pytest.fixture(scope="module")
+def gw(world):  # noqa: F811
+    running = _start(world, world["root"] / "logs-requests")
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def scripted(world):  # noqa: F811
+    from rlcycle.agent.scripted import ReplayPolicy
+    from rlcycle.policy.serve import PolicyServer, ServeConfig
+
+    server = PolicyServer(ReplayPolicy(str(world["model"]), SCRIPT), ServeConfig(port=0)).start()
+    running = _start(world, world["root"] / "logs-scripted", upstream=server.url)
+    yield running
+    running.close()
+    server.close()
+
+
+def _one(running, sample_id):
+    return next(e for e in _events_of(running, sample_id) if e["type"] == "completion")
+
+
+def test_stop_string_cuts_the_sampled_ids_exactly(gw, world):  # noqa: F811
+    c = _client(gw)
+    kw = dict(model="m", messages=MSGS, max_tokens=24, seed=11, temperature=1.0)
+    full = c.chat.completions.with_raw_response.create(**kw)
+    text = full.parse().choices[0].message.content
+    ev_full = _one(gw, full.headers["x-sample-id"])
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    assert stop.strip() and len(text) > 6, text
+    cut = c.chat.completions.with_raw_response.create(**kw, stop=[stop, "never-there"])
+    choice = cut.parse().choices[0]
+    assert choice.message.content == text[: text.find(stop)] and choice.finish_reason == "stop"
+    ev = _one(gw, cut.headers["x-sample-id"])
+    ids = ev["completion_ids"]
+    # the logged ids are the sampled ones through the first token that completes the stop string
+    renderer = ChatRenderer.from_pretrained(world["model"], tools=())
+    assert (
+        ids == ev_full["completion_ids"][: len(ids)]
+        and ev["completion_logprobs"] == ev_full["completion_logprobs"][: len(ids)]
+    )
+    assert stop in renderer.tokenizer.decode(ids) and stop not in renderer.tokenizer.decode(ids[:-1])
+    assert ev["completion_text"] == renderer.completion_text(ids)  # decoded ids, never re-tokenised
+    assert ev["sampling"]["stop"] == [stop, "never-there"] and ev["finish_reason"] == "stop"
+    assert ev["cut"] == {"rule": "stop", "string": stop, "sampled_tokens": len(ev_full["completion_ids"])}
+
+
+def test_n_choices_are_logged_each_with_its_index_and_logprobs_are_returned(gw):
+    raw = _client(gw).chat.completions.with_raw_response.create(
+        model="m", messages=MSGS, max_tokens=5, n=3, seed=2, logprobs=True
+    )
+    resp = raw.parse()
+    ids = raw.headers["x-sample-id"].split(",")
+    assert [ch.index for ch in resp.choices] == [0, 1, 2] and len(set(ids)) == 3
+    evs = [_one(gw, s) for s in ids]
+    assert [e["choice_index"] for e in evs] == [0, 1, 2] and [e["seed"] for e in evs] == [2, 3, 4]
+    assert len({e["episode_id"] for e in evs}) == 1 and len({tuple(e["prompt_ids"]) for e in evs}) == 1
+    for ch, ev in zip(resp.choices, evs, strict=True):
+        assert [t.logprob for t in ch.logprobs.content] == pytest.approx(ev["completion_logprobs"])
+    assert resp.usage.completion_tokens == sum(len(e["completion_ids"]) for e in evs)
+
+
+def test_greedy_is_logged_as_greedy(gw):
+    raw = _client(gw).chat.completions.with_raw_response.create(model="m", messages=MSGS, max_tokens=4, temperature=0)
+    ev = _one(gw, raw.headers["x-sample-id"])
+    assert ev["greedy"] is True and ev["sampling"]["greedy"] is True and ev["temperature"] == 0
+
+
+def test_content_parts_and_assistant_turns_without_content(gw):
+    msgs = [
+        {"role": "system", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "List files."}]},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "x1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "x1", "content": "a.py"},
+    ]
+    r = httpx.post(
+        gw.url + "/v1/chat/completions", json={"model": "m", "messages": msgs, "tools": [BASH], "max_tokens": 3}
+    )
+    assert r.status_code == 200, r.text
+    ev = _one(gw, r.headers["x-sample-id"])
+    text = ChatRenderer(gw.gateway.models.primary.tokenizer).tokenizer.decode(ev["prompt_ids"])
+    assert "Be brief." in text and "The bash command to execute" in text and '"required": ["command"]' in text
+
+
+def test_scripted_stop_parallel_calls_and_forced_call(scripted):
+    c = _client(scripted)
+    # smolagents: stop at "Observation:"; the model's made-up observation is not returned or logged past it
+    raw = c.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "smol"}], stop=["Observation:", "Calling tools:"]
+    )
+    assert raw.parse().choices[0].message.content == "Thought: list the files\nCode: ls\n"
+    ev = _one(scripted, raw.headers["x-sample-id"])
+    assert ev["completion_text"].endswith("Observation:") or "Observation:" in ev["completion_text"]
+    assert "made up" not in ev["completion_text"]
+    # parallel_tool_calls false: the completion ends after the first call
+    raw = c.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "two calls"}], tools=[BASH], parallel_tool_calls=False
+    )
+    ch = raw.parse().choices[0]
+    assert [json.loads(t.function.arguments) for t in ch.message.tool_calls] == [{"command": "ls"}]
+    ev = _one(scripted, raw.headers["x-sample-id"])
+    assert ev["cut"]["rule"] == "parallel_tool_calls" and ev["completion_text"].rstrip().endswith("</tool_call>")
+    assert "pwd" not in ev["completion_text"]
+    # a named tool_choice: the call's opening is prefilled into the prompt, the rest sampled
+    raw = c.chat.completions.with_raw_response.create(
+        model="m",
+        messages=[{"role": "user", "content": "forced"}],
+        tools=[BASH],
+        tool_choice={"type": "function", "function": {"name": "bash"}},
+    )
+    ch = raw.parse().choices[0]
+    assert ch.finish_reason == "tool_calls" and json.loads(ch.message.tool_calls[0].function.arguments) == {
+        "command": "ls -la"
+    }
+    ev = _one(scripted, raw.headers["x-sample-id"])
+    tok = scripted.gateway.models.primary.tokenizer
+    assert tok.decode(ev["prompt_ids"]).endswith('<tool_call>{"name": "bash", "arguments": ')
+    assert not ev["completion_text"].startswith("<tool_call>")  # the prefill is prompt, not completion
+
+
+def test_every_bad_field_is_listed_and_counted(gw, capfd):
+    body = {
+        "model": "m",
+        "messages": MSGS,
+        "top_k": 5,
+        "n": 99,
+        "top_logprobs": 3,
+        "response_format": {"type": "json_object"},
+    }
+    r = httpx.post(gw.url + "/v1/chat/completions", json=body, headers={"User-Agent": "smolagents-test/1"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert {p["param"] for p in err["problems"]} == {"top_k", "n", "top_logprobs", "response_format"}
+    assert err["message"].startswith("4 problems:") and "does not constrain" in err["message"]
+    [line] = [x for x in capfd.readouterr().err.splitlines() if "refused 400" in x]
+    fields = line.split(" field=")[1].split()[0].split(",")
+    assert sorted(fields) == sorted(["top_k", "n", "top_logprobs", "response_format"])
+    assert 'user-agent="smolagents-test/1"' in line
+    stats = httpx.get(gw.url + "/v1/rlcycle/stats").json()
+    assert stats["refused_by_field"]["top_k"] >= 1 and stats["refused_by_status"]["400"] >= 1
+    # an unknown route: OpenAI's error shape, not FastAPI's {"detail": ...}
+    r = httpx.post(gw.url + "/v1/responses", json={"input": "hi"})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "route" and "detail" not in r.json()
+    assert httpx.get(gw.url + "/v1/rlcycle/stats").json()["refused_by_field"]["route"] >= 1
