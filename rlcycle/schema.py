@@ -80,6 +80,8 @@ EVENTS = Contract(
         ("latency_ms", pa.float64()),
         ("temperature", pa.float32()),
         ("max_new_tokens", pa.int32()),  # extension: the sampler's per-call token limit
+        ("greedy", pa.bool_()),  # extension: argmax decoding (the gateway at temperature 0)
+        ("top_p", pa.float32()),  # extension: nucleus truncation the sampler applied (1 = none)
         ("call_id", pa.string()),
         ("status", pa.string()),
         ("error", pa.string()),
@@ -133,6 +135,10 @@ _TRAJECTORY_EXTENSIONS = (
     ("temperature", pa.float32()),
     ("n_turns", pa.int32()),  # samples in the episode
     ("max_new_tokens", pa.int32()),  # the sampler's per-call token limit (Dr. GRPO's M)
+    # How the sample was drawn when it was not plain sampling (null = not logged, i.e. plain):
+    # greedy samples and top_p < 1 samples are left out of train's importance-corrected update.
+    ("greedy", pa.bool_()),
+    ("top_p", pa.float32()),
 )
 TRAJECTORIES = Contract(
     "trajectories",

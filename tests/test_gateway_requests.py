@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import polars as pl
 import pytest
 
 from rlcycle.harness.render import ChatRenderer
@@ -106,10 +107,18 @@ def test_n_choices_are_logged_each_with_its_index_and_logprobs_are_returned(gw):
     assert resp.usage.completion_tokens == sum(len(e["completion_ids"]) for e in evs)
 
 
-def test_greedy_is_logged_as_greedy(gw):
-    raw = _client(gw).chat.completions.with_raw_response.create(model="m", messages=MSGS, max_tokens=4, temperature=0)
+def test_greedy_is_logged_as_greedy_and_collect_carries_it(gw, cli, tmp_path):
+    c = _client(gw)
+    raw = c.chat.completions.with_raw_response.create(model="m", messages=MSGS, max_tokens=4, temperature=0)
+    sampled = c.chat.completions.with_raw_response.create(model="m", messages=MSGS, max_tokens=4)
     ev = _one(gw, raw.headers["x-sample-id"])
     assert ev["greedy"] is True and ev["sampling"]["greedy"] is True and ev["temperature"] == 0
+    r = cli(["collect", gw.gateway.config.log_dir, "-o", tmp_path / "t.arrow"])
+    assert r.exit_code == 0, r.output
+    traj = pl.read_ipc(tmp_path / "t.arrow")
+    greedy = dict(zip(traj["sample_id"], traj["greedy"], strict=True))
+    assert greedy[raw.headers["x-sample-id"]] is True and greedy[sampled.headers["x-sample-id"]] is False
+    assert traj.filter(pl.col("sample_id") == sampled.headers["x-sample-id"])["top_p"].to_list() == [1.0]
 
 
 def test_content_parts_and_assistant_turns_without_content(gw):

@@ -309,3 +309,28 @@ def test_dr_grpo_m_defaults_to_the_logged_max_new_tokens(base, base_id, tmp_path
     # and it is the M of the constant normaliser: ν = 1 / (S · M)
     nu = D.normalisers(ex_logged, np.arange(4), "constant", D.max_completion_tokens(ex_logged, cfg))
     assert nu == pytest.approx([1 / (4 * 48)] * 4)
+
+
+def test_greedy_and_truncated_samples_are_left_out_of_the_update(base, base_id, tmp_path):
+    """A mixed log: sampled rows train; greedy rows (the gateway at temperature 0: the behaviour
+    policy was a point mass, so no importance ratio exists for them; the logged log_softmax at
+    T=1 would give a wrong one) and top_p < 1 rows are dropped and counted, so the update is
+    exactly the one of the sampled rows alone."""
+    rows = make_rows(6, seed=5)
+    extra = make_rows(3, seed=8)
+    mixed = {k: rows[k] + extra[k] for k in rows}
+    a = write_examples(
+        tmp_path / "mixed.arrow",
+        base,
+        mixed,
+        versions=[base_id] * 9,
+        greedy=[None] * 6 + [True, False, None],
+        temperature=[1.0] * 6 + [1.0, 0.0, 1.0],
+        top_p=[None] * 6 + [None, None, 0.9],
+    )
+    b = write_examples(tmp_path / "sampled.arrow", base, rows, versions=[base_id] * 6)
+    cfg = tiny(batch_size=6, optimizer="sgd")
+    ra = stage.run(cfg, a, base, tmp_path / "A", quiet=True)
+    stage.run(cfg, b, base, tmp_path / "B", quiet=True)
+    assert ra.dropped == {"greedy_sampling": 2, "truncated_sampling": 1}
+    assert_same_weights(tmp_path / "A", tmp_path / "B", atol=1e-6)

@@ -285,6 +285,8 @@ _KEEP = [
     "latency_ms",
     "temperature",
     "max_new_tokens",
+    "greedy",
+    "top_p",
     "call_id",
     "status",
     "error",

@@ -13,6 +13,11 @@ on is dropped *and counted by reason*, in this order (a row counts once, for its
     loss_mask_length_mismatch / no_loss_tokens   the optional `loss_mask` column
     no_advantage             advantage null or not finite
     bad_weight               weight not finite or < 0 (a null weight means 1)
+    greedy_sampling          `greedy` is true or `temperature` is 0: argmax decoding, so the behaviour
+                             policy was a point mass and the logged logprobs (log_softmax at T=1) are
+                             not its probabilities; no importance ratio exists for it
+    truncated_sampling       `top_p` < 1 (gateway `allow_truncated_sampling`): the logged logprobs are
+                             the renormalised nucleus's, train scores the full vocabulary
     bad_temperature          use_sample_temperature and `temperature` <= 0 or not finite
     token_out_of_vocab       an id outside the model's embedding table
     too_long                 prompt + completion longer than max_seq_len
@@ -77,6 +82,8 @@ OPTIONAL = {
     "loss_mask": pa.list_(pa.int8()),
     "temperature": pa.float32(),
     "max_new_tokens": pa.int32(),  # the sampler's per-call token limit (Dr. GRPO's M)
+    "greedy": pa.bool_(),  # argmax decoding (collect carries it from the gateway's events)
+    "top_p": pa.float32(),  # nucleus truncation of the sampler (null = none)
 }
 MIN_VERSION_PREFIX = 8
 
@@ -213,6 +220,8 @@ def load_examples(paths: list[str], config: TrainConfig, versions: list[str], vo
     lag = _lags(t["policy_version"].to_pylist(), versions, config.max_policy_lag)
     temps, _ = _floats(t["temperature"], 1.0)  # a null temperature means 1
     bad_temp = (~np.isfinite(temps) | (temps <= 0)) & config.use_sample_temperature
+    greedy = pc.fill_null(t["greedy"], False).to_numpy(zero_copy_only=False).astype(bool) | (temps == 0)
+    top_p, _ = _floats(t["top_p"], 1.0)  # a null top_p means no truncation
     checks = [
         ("excluded", np.array([e is not None for e in excluded], dtype=bool)),
         ("no_completion", comp_null | (clen == 0)),
@@ -223,6 +232,8 @@ def load_examples(paths: list[str], config: TrainConfig, versions: list[str], vo
         ("no_loss_tokens", has_mask & mask_len_ok & (mask_sum == 0)),
         ("no_advantage", adv_null | ~np.isfinite(adv)),
         ("bad_weight", ~np.isfinite(weight) | (weight < 0)),
+        ("greedy_sampling", greedy),
+        ("truncated_sampling", top_p < 1),
         ("bad_temperature", bad_temp),
         ("token_out_of_vocab", oov > 0),
         ("too_long", (plen + clen) > config.max_seq_len),
