@@ -48,6 +48,7 @@ from rlcycle.gateway import chat
 from rlcycle.gateway.chat import BadRequest
 from rlcycle.gateway.config import GatewayConfig
 from rlcycle.gateway.engine import Models
+from rlcycle.gateway.episodes import Episodes, key_session
 from rlcycle.gateway.finish import finish
 from rlcycle.gateway.logwriter import EventLog
 
@@ -89,15 +90,19 @@ class Gateway:
         self.replayed = 0
         self.refused: Counter = Counter()  # refused requests by status
         self.refused_fields: Counter = Counter()  # ... and by field named (a request may name several)
-        self.app = self._build()
+        self.episodes = Episodes(config.idempotency_entries)
+        self.app = _SessionPrefix(self._build())
 
     # --- plumbing -------------------------------------------------------------------------
     def _authorised(self, request: Request) -> bool:
-        key = self.config.api_key
-        if not key:
+        keys = [k for k in (self.config.api_key, *self.config.session_keys) if k]
+        if not keys:
             return True
-        given = request.headers.get("authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {key}".encode())
+        given = request.headers.get("authorization", "").encode()
+        ok = False
+        for key in keys:  # every key compared, in constant time each
+            ok |= hmac.compare_digest(given, f"Bearer {key}".encode())
+        return ok
 
     async def _body(self, request: Request) -> bytes:
         cap = self.config.max_body_bytes
@@ -160,22 +165,34 @@ class Gateway:
             seen.done.set_result((result, req))
         return self._respond(result, req)
 
-    def _ids(self, request: Request, req: chat.ChatRequest) -> tuple[str, str | None]:
-        h, meta = request.headers, req.metadata
-        session = h.get("x-session-id") or meta.get("session_id")
+    def _ids(self, request: Request, req: chat.ChatRequest) -> tuple[str | None, str, str | None]:
+        """(session or None, the rule that gave it, episode or None) from headers, URL and key."""
+        h, meta, c = request.headers, req.metadata, self.config
+        session, rule = h.get("x-session-id"), "header"
+        if not session and meta.get("session_id"):
+            session, rule = meta["session_id"], "metadata"
+        if not session and request.scope.get("rlcycle_session"):
+            session, rule = request.scope["rlcycle_session"], "path"
+        if not session:
+            session, rule = (
+                key_session(h.get("authorization", ""), c.api_key, c.session_keys, c.session_from_key),
+                "key",
+            )
         episode = h.get("x-episode-id") or meta.get("episode_id")
-        for name, value in (("X-Session-Id", session), ("X-Episode-Id", episode)):
+        for name, value in (("session id", session), ("X-Episode-Id", episode)):
             if value is not None and (len(value) > MAX_ID_CHARS or not value.isprintable()):
                 raise BadRequest(f"{name} must be printable and at most {MAX_ID_CHARS} characters", name)
-        return session or f"gw-{uuid.uuid4().hex}", episode
+        return session or None, rule, episode
 
     async def _complete(
         self, request: Request, req: chat.ChatRequest, body: dict, key: str | None
     ) -> list[chat.Result]:
         """Sample the request's n choices; each is logged as its own completion before any answer."""
         self.requests += 1
-        session, episode = self._ids(request, req)
-        episode_id, turn = chat.episode_and_turn(req.messages, session, episode)
+        given, rule, episode = self._ids(request, req)
+        session, episode_id, turn, rules, parent = self.episodes.resolve(
+            body["messages"], given, rule, episode, f"gw-{uuid.uuid4().hex}"
+        )
         base = "gw-" + (
             hashlib.sha256(key.encode()).hexdigest()[:24] if key and key.startswith("k:") else uuid.uuid4().hex[:24]
         )
@@ -214,6 +231,8 @@ class Gateway:
                 logged_text=d.logged_text,
                 raw=d.raw,
                 tokens=tokens[i],
+                id_rules=rules,
+                parent_sample_id=parent,
             )
             r.request_id = key[2:] if key and key.startswith("k:") else base
             for j, c in enumerate(d.parsed.calls):
@@ -222,6 +241,7 @@ class Gateway:
             results.append(r)
         while len(self._raw_text) > self.config.idempotency_entries:
             self._raw_text.popitem(last=False)
+        self.episodes.record(body["messages"], session, episode_id, turn, [(r.sample_id, r.answer()) for r in results])
         if self.log is not None:
             events = []
             for r, sd in zip(results, seeds, strict=True):
@@ -371,6 +391,29 @@ class Gateway:
             )
 
         return app
+
+
+class _SessionPrefix:
+    """ASGI wrapper: `/s/<session>/v1/...` is served as `/v1/...` with that session (a base URL
+    is the one thing every client can change without code)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope.get("type") == "http" else ""
+        if path.startswith("/s/"):
+            session, sep, rest = path[3:].partition("/")
+            if session and sep:
+                from urllib.parse import unquote
+
+                scope = {
+                    **scope,
+                    "path": "/" + rest,
+                    "raw_path": ("/" + rest).encode(),
+                    "rlcycle_session": unquote(session),
+                }
+        await self.app(scope, receive, send)
 
 
 def _field_of(reason: str) -> str | None:

@@ -417,7 +417,8 @@ class Result:
     logged_text: str | None = None  # decoded kept ids (completion_text); default `text`
     raw: str | None = None  # what the model wrote, prefill included (rendered on later turns)
     tokens: list[str] | None = None  # each kept id decoded alone (logprobs: true)
-    episode_rule: str = ""  # which rule gave the session and episode (docs/gateway.md)
+    id_rules: dict[str, str] = field(default_factory=dict)  # which rule gave session and episode
+    parent_sample_id: str | None = None  # the earlier answer this request continues (episodes.py)
     created: int = field(default_factory=lambda: int(time.time()))
 
     def call_id(self, i: int) -> str:
@@ -437,6 +438,11 @@ class Result:
             content = content.strip()
         reason = "tool_calls" if tool_calls else ("length" if self.gen.finish_reason == "length" else "stop")
         return (content or None) if tool_calls else content, tool_calls, reason
+
+    def answer(self) -> dict[str, Any]:
+        """The assistant message as the client gets it (and sends back on its next turn)."""
+        content, tool_calls, _ = self.message()
+        return {"role": "assistant", "content": content, "tool_calls": tool_calls}
 
     def logprobs(self) -> dict[str, Any] | None:
         """OpenAI's `logprobs` of a choice: the logged logprob of every kept sampled token."""
@@ -548,7 +554,8 @@ def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any
         "finish_reason": r.gen.finish_reason,
         "cut": r.cut,
         "choice_index": r.index,
-        "episode_rule": r.episode_rule,
+        "id_rules": r.id_rules,
+        "parent_sample_id": r.parent_sample_id,
         "request_id": r.request_id,
         "served_as": r.role,
         "n_unlisted_calls": r.parsed.n_unlisted,
@@ -570,11 +577,3 @@ def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any
                 }
             )
     return out
-
-
-def episode_and_turn(messages: list[dict[str, str]], session_id: str, episode_id: str | None) -> tuple[str, int]:
-    """Default episode: the k-th user message of the session; turn: model calls since it."""
-    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
-    last = users[-1] if users else -1
-    turn = sum(1 for m in messages[last + 1 :] if m["role"] == "assistant")
-    return episode_id or f"{session_id}-e{max(0, len(users) - 1)}", turn

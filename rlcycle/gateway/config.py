@@ -30,6 +30,14 @@ class GatewayConfig:
     port: int = cfg(8100, help="TCP port (0 picks a free one).")
     log_dir: str = cfg("", help="Directory the completion events are appended to (required).")
     api_key: str | None = cfg(None, help="Require `Authorization: Bearer KEY` (required off loopback).")
+    session_keys: dict[str, str] = cfg(
+        {},
+        help="Per-session or per-user bearer keys: key = session name. Each is accepted like "
+        "api_key and names the session of its requests (docs/gateway.md, Sessions).",
+    )
+    session_from_key: bool = cfg(
+        False, help="Any bearer key other than api_key names the session (key-<sha256 prefix>)."
+    )
     logging: bool = cfg(True, help="Write events (false only for benchmarks: nothing is logged).")
     flush_interval_s: float = cfg(
         0.5, help="Events are written and fsync'd at least this often: a kill -9 loses at most this much."
@@ -69,7 +77,7 @@ class GatewayConfig:
         problems: list[str] = []
         if not self.log_dir and self.logging:
             problems.append("log_dir is required (--log-dir DIR)")
-        if self.host not in LOOPBACK and not self.api_key:
+        if self.host not in LOOPBACK and not self.api_key and not self.session_keys:
             problems.append(
                 f"host={self.host!r} is not loopback: an api_key is required (--api-key or $RLCYCLE_GATEWAY_API_KEY)"
             )
