@@ -134,8 +134,15 @@ def test_concurrent_sessions_lose_and_duplicate_nothing(cli, models, tmp_path):
     assert len(list((tmp_path / "logs").glob("*.jsonl"))) > 1
     per_session = Counter(e["session_id"] for e in events)
     assert set(per_session) == {f"load-{i}" for i in range(4)}
-    # turns count the model calls since the episode's user message; episodes count user messages
-    assert all(e["turn"] == 0 and e["episode_id"].startswith(e["session_id"] + "-e") for e in events)
+    # each client resends its conversation plus the answer and a new user message, three times,
+    # then starts over: by message-prefix continuation that is one episode of turns 0, 1, 2
+    comps = [e for e in events if e["type"] == "completion"]
+    assert all(e["episode_id"].startswith(e["session_id"] + "-e") and e["turn"] in (0, 1, 2) for e in comps)
+    by_episode: dict[str, list[int]] = {}
+    for e in sorted(comps, key=lambda e: e["ts"]):
+        by_episode.setdefault(e["episode_id"], []).append(e["turn"])
+    assert all(turns == [0, 1, 2][: len(turns)] for turns in by_episode.values()), by_episode
+    assert all(e["id_rules"]["episode"] == ("new" if e["turn"] == 0 else "continuation") for e in comps)
 
 
 def test_alias_move_during_load_names_the_serving_checkpoint(cli, models, tmp_path):

@@ -40,6 +40,7 @@ SCRIPT = {
         'Both.\n<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>\n'
         '<tool_call>{"name": "bash", "arguments": {"command": "pwd"}}</tool_call>'
     ],
+    "resp": ['Looking.\n<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>', "All done."],
     "forced": ['{"command": "ls -la"}}</tool_call>'],
 }
 
@@ -199,6 +200,48 @@ def test_every_bad_field_is_listed_and_counted(gw, capfd):
     stats = httpx.get(gw.url + "/v1/rlcycle/stats").json()
     assert stats["refused_by_field"]["top_k"] >= 1 and stats["refused_by_status"]["400"] >= 1
     # an unknown route: OpenAI's error shape, not FastAPI's {"detail": ...}
-    r = httpx.post(gw.url + "/v1/responses", json={"input": "hi"})
+    r = httpx.post(gw.url + "/v1/embeddings", json={"input": "hi"})
     assert r.status_code == 404 and r.json()["error"]["param"] == "route" and "detail" not in r.json()
     assert httpx.get(gw.url + "/v1/rlcycle/stats").json()["refused_by_field"]["route"] >= 1
+
+
+RESP_BASH = {"type": "function", **BASH["function"]}
+
+
+def test_responses_api_function_call_round_trip_and_stream(scripted):
+    c = _client(scripted)
+    first = c.responses.with_raw_response.create(
+        model="m", instructions="Be brief.", input=[{"role": "user", "content": "resp"}], tools=[RESP_BASH]
+    )
+    resp = first.parse()
+    kinds = [o.type for o in resp.output]
+    assert kinds == ["message", "function_call"] and resp.output[0].content[0].text == "Looking."
+    call = resp.output[1]
+    assert call.name == "bash" and json.loads(call.arguments) == {"command": "ls"} and resp.status == "completed"
+    ev1 = _one(scripted, first.headers["x-sample-id"])
+    assert ev1["api"] == "responses" and resp.usage.output_tokens == len(ev1["completion_ids"])
+    # the SDK's next turn: the output items back, plus the function output; streamed this time
+    follow = [{"role": "user", "content": "resp"}] + [o.model_dump(exclude_none=True) for o in resp.output]
+    follow.append({"type": "function_call_output", "call_id": call.call_id, "output": "a.py"})
+    with c.responses.stream(model="m", instructions="Be brief.", input=follow, tools=[RESP_BASH]) as stream:
+        events = [e.type for e in stream]
+        final = stream.get_final_response()
+    assert events[0] == "response.created" and events[-1] == "response.completed"
+    assert "response.output_text.delta" in events and final.output_text == "All done."
+    sample = final.id.removeprefix("resp_")
+    ev2 = _one(scripted, sample)
+    assert ev2["episode_id"] == ev1["episode_id"] and ev2["turn"] == 1 and ev2["parent_sample_id"] == ev1["sample_id"]
+    assert ev2["id_rules"] == {"session": "continuation", "episode": "continuation"}
+    # token-exact: the second prompt repeats the first prompt and the sampled ids
+    n = len(ev1["prompt_ids"]) + len(ev1["completion_ids"])
+    assert ev2["prompt_ids"][:n] == ev1["prompt_ids"] + ev1["completion_ids"]
+
+
+def test_responses_api_refusals_name_the_field(gw):
+    r = httpx.post(
+        gw.url + "/v1/responses",
+        json={"model": "m", "input": "hi", "previous_response_id": "resp_x", "tools": [{"type": "web_search"}]},
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "previous_response_id"
+    r = httpx.post(gw.url + "/v1/responses", json={"model": "m", "input": "hi", "tools": [{"type": "web_search"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0]"

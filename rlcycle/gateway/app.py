@@ -6,6 +6,7 @@ In: HTTP requests. Out: OpenAI-format responses with `X-Checkpoint-Id`, `X-Sessi
     GET  /health                  "ok" (no auth: for load balancers)
     GET  /v1/models               the served alias and checkpoint
     POST /v1/chat/completions     chat completions (tools, tool_choice, stop, n, logprobs, stream)
+    POST /v1/responses            the Responses API (input items, function tools, stream): responses.py
     POST /v1/rlcycle/events       late signals: edit_outcome, user_message, feedback, tool_result
     POST /v1/rlcycle/reload       re-resolve the aliases now (deploy's HTTP hook can call it)
     GET  /v1/rlcycle/stats        log and router counters
@@ -44,7 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlcycle.agent.events import iso
 from rlcycle.collect.jsonl import parse_block
-from rlcycle.gateway import chat
+from rlcycle.gateway import chat, responses
 from rlcycle.gateway.chat import BadRequest
 from rlcycle.gateway.config import GatewayConfig
 from rlcycle.gateway.engine import Models
@@ -144,17 +145,25 @@ class Gateway:
 
     # --- chat completions -----------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
+        return await self._handle(request, "chat.completions")
+
+    async def responses(self, request: Request) -> Response:
+        return await self._handle(request, "responses")
+
+    async def _handle(self, request: Request, api: str) -> Response:
+        """Idempotency, checks, sampling and logging shared by both APIs; `api` picks the shape."""
         data = await self._body(request)
         key, lookup = self._request_key(request, data)
         if lookup and key in self._seen and (time.monotonic() - self._seen[key].at) < self.config.idempotency_ttl_s:
             self.replayed += 1
-            result, req = await asyncio.shield(self._seen[key].done)
-            return self._respond(result, req)
-        body = self._json(data)
+            result, req, raw = await asyncio.shield(self._seen[key].done)
+            return self._respond(result, req, api, raw)
+        raw = self._json(data)
+        body = responses.to_chat(raw) if api == "responses" else raw
         req = chat.parse_request(body, self.config, self._raw_text)
         seen = self._remember(key) if key else None
         try:
-            result = await self._complete(request, req, body, key)
+            result = await self._complete(request, req, body, key, api)
         except BaseException as e:
             if seen is not None:
                 self._seen.pop(key, None)
@@ -162,8 +171,8 @@ class Gateway:
                 seen.done.exception()  # retrieved: no "never retrieved" warning
             raise
         if seen is not None:
-            seen.done.set_result((result, req))
-        return self._respond(result, req)
+            seen.done.set_result((result, req, raw))
+        return self._respond(result, req, api, raw)
 
     def _ids(self, request: Request, req: chat.ChatRequest) -> tuple[str | None, str, str | None]:
         """(session or None, the rule that gave it, episode or None) from headers, URL and key."""
@@ -185,7 +194,7 @@ class Gateway:
         return session or None, rule, episode
 
     async def _complete(
-        self, request: Request, req: chat.ChatRequest, body: dict, key: str | None
+        self, request: Request, req: chat.ChatRequest, body: dict, key: str | None, api: str = "chat.completions"
     ) -> list[chat.Result]:
         """Sample the request's n choices; each is logged as its own completion before any answer."""
         self.requests += 1
@@ -232,6 +241,7 @@ class Gateway:
                 raw=d.raw,
                 tokens=tokens[i],
                 id_rules=rules,
+                api=api,
                 parent_sample_id=parent,
             )
             r.request_id = key[2:] if key and key.startswith("k:") else base
@@ -249,8 +259,18 @@ class Gateway:
             self.log.append(*events)
         return results
 
-    def _respond(self, results: list[chat.Result], req: chat.ChatRequest) -> Response:
+    def _respond(self, results: list[chat.Result], req: chat.ChatRequest, api: str, raw: Any) -> Response:
         headers = chat.headers(results)
+        if api == "responses":
+            if not req.stream:
+                return JSONResponse(responses.response_object(results, self.model_name, raw), headers=headers)
+            lines = responses.sse(responses.stream_events(results, self.model_name, raw))
+
+            async def events():
+                for line in lines:
+                    yield line
+
+            return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
         if not req.stream:
             return JSONResponse(chat.response_body(results, self.model_name), headers=headers)
         chunks = chat.stream_chunks(results, self.model_name, req.include_usage)
@@ -337,7 +357,7 @@ class Gateway:
         async def not_found(request: Request, e: StarletteHTTPException) -> Response:  # 404, 405: OpenAI's shape
             what = "route" if e.status_code == 404 else "method"
             self._refusal(request, e.status_code, [what], f"{request.method} {request.url.path}")
-            hint = " (this gateway serves /v1/chat/completions, /v1/models and /v1/rlcycle/*)"
+            hint = " (this gateway serves /v1/chat/completions, /v1/responses, /v1/models and /v1/rlcycle/*)"
             return _error(
                 e.status_code, f"{e.detail}: {request.method} {request.url.path}{hint}", what, headers=e.headers
             )
@@ -370,6 +390,7 @@ class Gateway:
             )
 
         app.post("/v1/chat/completions")(self.chat_completions)
+        app.post("/v1/responses")(self.responses)
         app.post("/v1/rlcycle/events")(self.events)
 
         @app.post("/v1/rlcycle/reload")

@@ -419,6 +419,7 @@ class Result:
     tokens: list[str] | None = None  # each kept id decoded alone (logprobs: true)
     id_rules: dict[str, str] = field(default_factory=dict)  # which rule gave session and episode
     parent_sample_id: str | None = None  # the earlier answer this request continues (episodes.py)
+    api: str = "chat.completions"  # or "responses"
     created: int = field(default_factory=lambda: int(time.time()))
 
     def call_id(self, i: int) -> str:
@@ -556,6 +557,7 @@ def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any
         "choice_index": r.index,
         "id_rules": r.id_rules,
         "parent_sample_id": r.parent_sample_id,
+        "api": r.api,
         "request_id": r.request_id,
         "served_as": r.role,
         "n_unlisted_calls": r.parsed.n_unlisted,
