@@ -245,3 +245,20 @@ def test_responses_api_refusals_name_the_field(gw):
     assert r.status_code == 400 and r.json()["error"]["param"] == "previous_response_id"
     r = httpx.post(gw.url + "/v1/responses", json={"model": "m", "input": "hi", "tools": [{"type": "web_search"}]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0]"
+
+
+def test_stream_with_n_choices_and_logprobs_matches_the_log(gw):
+    stream = _client(gw).chat.completions.create(
+        model="m", messages=MSGS, max_tokens=4, n=2, seed=7, logprobs=True, stream=True
+    )
+    text: dict[int, str] = {0: "", 1: ""}
+    lps: dict[int, list[float]] = {0: [], 1: []}
+    for ch in stream:
+        for c in ch.choices:
+            text[c.index] += c.delta.content or ""
+            lps[c.index] += [t.logprob for t in (c.logprobs.content if c.logprobs else [])]
+    raw = _client(gw).chat.completions.with_raw_response.create(model="m", messages=MSGS, max_tokens=4, n=2, seed=7)
+    plain = raw.parse()
+    assert [text[0], text[1]] == [c.message.content for c in plain.choices]
+    evs = [_one(gw, s) for s in raw.headers["x-sample-id"].split(",")]
+    assert [lps[0], lps[1]] == [pytest.approx(e["completion_logprobs"]) for e in evs]

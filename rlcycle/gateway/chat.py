@@ -517,7 +517,7 @@ def stream_chunks(results: list[Result], model: str, include_usage: bool) -> lis
             out.append(chunk({"content": content}, lp=r.logprobs()))
         if tool_calls:
             out.append(chunk({"tool_calls": [{"index": k, **tc} for k, tc in enumerate(tool_calls)]}))
-        out.append(chunk({}, reason))
+        out.append(chunk({}, reason, lp=None if content else r.logprobs()))  # logprobs once per choice
     if include_usage:
         out.append({**base, "choices": [], "usage": usage(results)})
     return out
