@@ -261,7 +261,7 @@ def _assign(
         if moved:
             problems.append(f"{origin}: key {prefix + head!r} moved: it is now {prefix + moved!r}")
             return
-        close = _closest(head, set(fields))
+        close = _nested_name(cls, head) or _closest(head, set(fields))
         problems.append(
             f"{origin}: unknown key {prefix + head!r}" + (f" (did you mean {prefix + close!r}?)" if close else "")
         )
@@ -300,6 +300,22 @@ def _assign(
         values[head] = _coerce(raw, tp, from_string=from_string)
     except (TypeError, ValueError) as e:
         problems.append(f"{origin}: {dotted}={raw!r}: {e}")
+
+
+def _nested_name(cls: type, name: str, prefix: str = "") -> str | None:
+    """The dotted key of a field called `name` in a nested config of `cls` (`runner.top_p` for
+    `top_p`), depth first; None when there is none."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        sub = nested_class(hints[f.name])
+        if sub is None:
+            continue
+        if name in {g.name for g in dataclasses.fields(sub)}:
+            return f"{prefix}{f.name}.{name}"
+        found = _nested_name(sub, name, f"{prefix}{f.name}.")
+        if found:
+            return found
+    return None
 
 
 def _build(cls: type, base: Any, values: dict[str, Any]) -> Any:

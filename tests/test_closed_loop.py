@@ -220,17 +220,17 @@ def test_user_verdict_is_the_hidden_tests_verdict():
 
 TINY = [
     "--set",
-    "simulate.max_new_tokens=8",
+    "simulate.runner.max_new_tokens=8",
     "--set",
-    "simulate.max_turns=1",
+    "simulate.runner.max_turns=1",
     "--set",
     "train.max_steps=1",
     "--set",
     "eval.max_tasks=5",
     "--set",
-    "eval.max_new_tokens=8",
+    "eval.runner.max_new_tokens=8",
     "--set",
-    "eval.max_turns=1",
+    "eval.runner.max_turns=1",
     "--set",
     "eval.max_latency_ratio=5.0",
 ]

@@ -55,7 +55,12 @@ def register(app: typer.Typer) -> None:
             stage.EvalConfig,
             config,
             set_,
-            {"attempts": attempts, "sandboxes": sandboxes, "executor": executor, "ray_address": ray_address},
+            {
+                "attempts": attempts,
+                "sandboxes": sandboxes,
+                "rollout.executor": executor,
+                "rollout.ray_address": ray_address,
+            },
             section="eval",
         )
         result = stage.run(cfg, candidate, baseline, tasks, out)
