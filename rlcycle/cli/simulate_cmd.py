@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 
 
@@ -62,6 +63,7 @@ def register(app: typer.Typer) -> None:
             "--ray-address",
             help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray).",
         ),
+        _help_config: bool = config_help.option("simulate"),
         config: Path = opt.config("simulate"),
         set_: list[str] = opt.sets("user.feedback_rate=0.5"),
         as_json: bool = opt.json_flag(),
