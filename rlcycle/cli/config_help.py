@@ -38,9 +38,15 @@ def config_class(command: str) -> type:
 
 
 def rows(command: str) -> list[Any]:
+    """describe() of the command's config; a stage's table of the cycle config points at that
+    stage's own keys."""
     from rlcycle.config import describe
 
-    return describe(config_class(command))
+    out = describe(config_class(command))
+    for r in out:
+        if r.type.startswith("table") and "." not in r.key and r.key in COMMANDS and r.key != command:
+            r.help = f"{r.help} `rlcycle {r.key} --help-config` lists them.".strip()
+    return out
 
 
 def _shown(text: str) -> str:
