@@ -359,5 +359,7 @@ def test_an_adapter_that_cannot_be_continued_is_a_clear_error(cli, inputs, tmp_p
     assert r.exit_code == 2, r.output
     assert "cannot continue" in r.error and "r=4 (now 8)" in r.error and "continue_adapter=false" in r.error
     assert not (tmp_path / "two").exists()
-    bad = TrainConfig(lora={"r": 4, "continue_adapter": "maybe"}).validate()
-    assert any("lora.continue_adapter='maybe'" in p for p in bad)
+    from rlcycle.config import resolve
+
+    with pytest.raises(InputError, match="lora.continue_adapter='maybe': expected true or false"):
+        resolve(TrainConfig, sets=["lora.r=4", "lora.continue_adapter=maybe"])
