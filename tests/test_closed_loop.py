@@ -177,8 +177,15 @@ def test_paired_online_differences_join_on_the_session():
 def test_cycle_config_and_sets():
     import tomllib
 
-    sets = loop.parse_sets(["train.lr=1e-4", "eval.max_tasks=5", 'simulate.runner.run_id="x"', 'cycle.reward_spec="/r.toml"'])
-    assert sets == {"train.lr": 1e-4, "eval.max_tasks": 5, "simulate.runner.run_id": "x", "cycle.reward_spec": "/r.toml"}
+    sets = loop.parse_sets(
+        ["train.lr=1e-4", "eval.max_tasks=5", 'simulate.runner.run_id="x"', 'cycle.reward_spec="/r.toml"']
+    )
+    assert sets == {
+        "train.lr": 1e-4,
+        "eval.max_tasks": 5,
+        "simulate.runner.run_id": "x",
+        "cycle.reward_spec": "/r.toml",
+    }
     cfg = tomllib.loads(loop.cycle_toml(2, 7, "/t", sets))["cycle"]
     assert cfg["source"] == "simulate" and cfg["tasks"] == "/t" and cfg["reward_spec"] == "/r.toml"
     assert cfg["simulate"]["seed"] == 2 and cfg["simulate"]["episodes"] == 7
