@@ -70,7 +70,7 @@ class CycleConfig:
     reward_spec: str = cfg(
         str(resources.reward_spec()), help="Reward spec for distill (default: rlcycle/data/rewards.toml)."
     )
-    simulate: dict[str, Any] = cfg({"episodes": 16, "max_new_tokens": 64}, help="SimulateConfig keys.")
+    simulate: dict[str, Any] = cfg({"episodes": 16, "runner.max_new_tokens": 64}, help="SimulateConfig keys.")
     collect: dict[str, Any] = cfg({}, help="CollectConfig keys.")
     distill: dict[str, Any] = cfg({}, help="DistillConfig keys.")
     train: dict[str, Any] = cfg(
@@ -84,8 +84,8 @@ class CycleConfig:
         {
             "attempts": 1,
             "max_tasks": 12,
-            "max_new_tokens": 48,
-            "max_turns": 4,
+            "runner.max_new_tokens": 48,
+            "runner.max_turns": 4,
             "sandboxes": 2,
             "min_paired_tasks": 5,
             "latency_noise_ms": 10000.0,

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.docker
 
 # A lighter eval than the demo's, to keep the suite quick; the stages are the same.
 FAST = (
-    '[cycle]\nsource = "logs"\n[cycle.eval]\nattempts = 1\nmax_tasks = 6\nmax_new_tokens = 16\nmax_turns = 2\n'
+    '[cycle]\nsource = "logs"\n[cycle.eval]\nattempts = 1\nmax_tasks = 6\nrunner = {max_new_tokens = 16, max_turns = 2}\n'
     "sandboxes = 2\nmin_paired_tasks = 5\nlatency_noise_ms = 10000.0\n"
 )
 

@@ -79,7 +79,7 @@ def test_bad_executor_exits_2_before_any_sandbox_starts(cli, tmp_path, root, tas
 
 
 def test_ray_needs_a_reference_and_a_servers_tokenizer_before_ray_starts(tmp_path, tasks):
-    ray = SimulateConfig(executor="ray")
+    ray = SimulateConfig(rollout=RolloutConfig(executor="ray"))
     with pytest.raises(InputError, match="not a loaded Policy"):
         simulate(ray, ReferencePolicy(load_tokenizer(None), tasks), tasks, tmp_path / "e.jsonl")
     with pytest.raises(InputError, match="without a tokenizer"):
@@ -92,18 +92,22 @@ def test_the_cycles_simulate_and_eval_tables_take_the_keys():
     own, so the executor keys come through, checked like any other key."""
     from rlcycle.cycle import Cycle, CycleConfig
 
-    tables = {"executor": "ray", "ray_address": "auto", "workers_per_node": 2, "worker_retries": 1}
+    tables = {"rollout": {"executor": "ray", "ray_address": "auto", "workers_per_node": 2, "worker_retries": 1}}
     cycle = Cycle(CycleConfig(simulate=tables, eval=dict(tables, prefix_cache_tokens=0)))
     sim = cycle._sub(SimulateConfig, "simulate")
     ev = cycle._sub(eval_stage.EvalConfig, "eval")
     for c in (sim, ev):
-        assert c.rollout() == RolloutConfig("ray", "auto", 2, 1)
+        assert c.rollout == RolloutConfig("ray", "auto", 2, 1)
     assert sim.episodes == 16 and ev.max_tasks == 12  # the sample defaults still apply
     assert (sim.prefix_cache_tokens, ev.prefix_cache_tokens) == (0, 0)
-    bad = Cycle(CycleConfig(eval={"executor": "slurm", "workers_per_node": 0}))
-    with pytest.raises(InputError, match="executor='slurm'") as e:
+    assert sim.runner.max_new_tokens == 64 and ev.runner.max_turns == 4
+    bad = Cycle(CycleConfig(eval={"rollout.executor": "slurm", "rollout": {"workers_per_node": 0}}))
+    with pytest.raises(InputError, match="rollout.executor='slurm'") as e:
         bad._sub(eval_stage.EvalConfig, "eval")
-    assert "workers_per_node=0" in str(e.value)  # every problem at once
+    assert "rollout.workers_per_node=0" in str(e.value)  # every problem at once
+    moved = Cycle(CycleConfig(eval={"executor": "ray"}))
+    with pytest.raises(InputError, match="key 'executor' moved: it is now 'rollout.executor'"):
+        moved._sub(eval_stage.EvalConfig, "eval")
 
 
 def test_pin_policy_names_a_reference_without_loading_it(tiny):
@@ -170,10 +174,12 @@ def test_the_prefix_cache_budget_reaches_every_policy_simulate_and_eval_load(tin
     loaded = eval_stage._policy(str(model), eval_stage.EvalConfig(prefix_cache_tokens=0))
     assert budget(loaded.spec.policy) is None
     # Ray: the driver only names the policy; a worker loads it with the budget it is given.
-    ray_spec, _ = _policy_spec(str(model), SimulateConfig(executor="ray", prefix_cache_tokens=32))
+    ray_spec, _ = _policy_spec(
+        str(model), SimulateConfig(rollout=RolloutConfig(executor="ray"), prefix_cache_tokens=32)
+    )
     assert ray_spec.policy is None and ray_spec.prefix_cache_tokens == 32
     assert budget(load_policy_spec(ray_spec)[0]) == 32
-    ray_eval = eval_stage._policy(str(model), eval_stage.EvalConfig(executor="ray"))
+    ray_eval = eval_stage._policy(str(model), eval_stage.EvalConfig(rollout=RolloutConfig(executor="ray")))
     assert ray_eval.spec.policy is None and ray_eval.spec.prefix_cache_tokens == 16384
     # Scripted policies and servers have no in-process cache: the budget is no error there.
     assert load_policy_spec(PolicySpec("scripted:nothing", prefix_cache_tokens=64))[0] is not None
@@ -198,9 +204,7 @@ def test_with_the_prefix_cache_eval_rows_are_identical_and_events_differ_only_in
         config = eval_stage.EvalConfig(
             attempts=2,
             sandboxes=2,
-            max_turns=2,
-            max_new_tokens=24,
-            temperature=temperature,
+            runner=RunnerConfig(max_turns=2, max_new_tokens=24, temperature=temperature),
             min_paired_tasks=2,
             prefix_cache_tokens=n,
         )
@@ -213,10 +217,8 @@ def test_with_the_prefix_cache_eval_rows_are_identical_and_events_differ_only_in
         config = SimulateConfig(
             episodes=4,
             sandboxes=2,
-            max_turns=2,
-            max_new_tokens=24,
+            runner=RunnerConfig(max_turns=2, max_new_tokens=24, temperature=temperature),
             seed=3,
-            temperature=temperature,
             prefix_cache_tokens=n,
         )
         simulate(config, str(cand), root, out, quiet=True)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 from rlcycle.errors import RlcycleError
 
@@ -26,6 +27,7 @@ def register(app: typer.Typer) -> None:
         ),
     )
     def cycle(
+        _help_config: bool = config_help.option("cycle"),
         config: Path = opt.config(help="Cycle config (TOML; [cycle] table or top level)."),
         run_dir: str = typer.Option(None, "--run-dir", help="Run directory (default runs/cycle)."),
         source: str = typer.Option(None, "--source", help="logs or simulate."),
