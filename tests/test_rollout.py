@@ -18,7 +18,7 @@ from rlcycle.evaluation import stage as eval_stage
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 from rlcycle.rollout.executor import load_policy_spec, pin_policy
 from rlcycle.sandbox import SandboxPool
-from rlcycle.simulate import SimulateConfig, _policy_spec
+from rlcycle.simulate.stage import SimulateConfig, _policy_spec
 from rlcycle.simulate import run as simulate
 
 
