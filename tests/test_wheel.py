@@ -146,7 +146,9 @@ def test_the_installed_wheel_runs_its_defaults_from_an_empty_directory(installed
     assert Path(lineage["config"]["init_model"]["tokenizer"]).resolve().is_relative_to(env_root)
 
     out = run(
-        [installed / "rlcycle", "cycle", "--config", "demo", "--source", "logs", "--until", "distill", "--json", "-q"], cwd=empty, env=env
+        [installed / "rlcycle", "cycle", "--config", "demo", "--source", "logs", "--until", "distill", "--json", "-q"],
+        cwd=empty,
+        env=env,
     ).stdout
     stages = {s["name"]: s for s in json.loads(out)["stages"]}
     assert stages["collect"]["status"] == stages["distill"]["status"] == "ran"
