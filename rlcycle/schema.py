@@ -80,6 +80,7 @@ EVENTS = Contract(
         ("latency_ms", pa.float64()),
         ("temperature", pa.float32()),
         ("max_new_tokens", pa.int32()),  # extension: the sampler's per-call token limit
+        ("pair_key", pa.string()),  # extension: names the same session across policy versions
         ("call_id", pa.string()),
         ("status", pa.string()),
         ("error", pa.string()),
@@ -133,6 +134,7 @@ _TRAJECTORY_EXTENSIONS = (
     ("temperature", pa.float32()),
     ("n_turns", pa.int32()),  # samples in the episode
     ("max_new_tokens", pa.int32()),  # the sampler's per-call token limit (Dr. GRPO's M)
+    ("pair_key", pa.string()),  # the completion's `pair_key`: the same session across versions
 )
 TRAJECTORIES = Contract(
     "trajectories",

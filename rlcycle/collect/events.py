@@ -37,6 +37,7 @@ JSON_SCHEMA: dict[str, pl.DataType] = {
     "latency_ms": pl.Float64,
     "temperature": pl.Float64,
     "max_new_tokens": pl.Int64,
+    "pair_key": pl.String,
     "call_id": pl.String,
     "status": pl.String,
     "error": pl.String,

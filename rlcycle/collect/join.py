@@ -57,6 +57,7 @@ def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
         "latency_ms",
         pl.col("temperature").cast(pl.Float32),
         pl.col("max_new_tokens").cast(pl.Int32),
+        "pair_key",
     )
     n = comp.height
     # Two completion events for one sample_id (distinct event ids) is a logging bug upstream:
@@ -257,4 +258,5 @@ def _finish(comp: pl.DataFrame) -> pl.DataFrame:
         "temperature",
         "n_turns",
         "max_new_tokens",
+        "pair_key",
     )

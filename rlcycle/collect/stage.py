@@ -285,6 +285,7 @@ _KEEP = [
     "latency_ms",
     "temperature",
     "max_new_tokens",
+    "pair_key",
     "call_id",
     "status",
     "error",
