@@ -19,8 +19,8 @@ Rules:
 - the base checkpoint is pinned in `run.json` on the first run, so rerunning a run directory
   after its deploy moved `production` still finds every stage cached; a new cycle is a new
   run directory;
-- one cycle at a time per RLCYCLE_HOME: a non-blocking `rlcycle.io.FileLock` (flock) on
-  `cycle.lock`. The kernel drops the lock when its process dies, so a crashed cycle's lock is
+- one cycle at a time per registry home (`registry_home`; the CLI's default is $RLCYCLE_HOME,
+  else ~/.rlcycle): a non-blocking `rlcycle.io.FileLock` (flock) on `<home>/cycle.lock`. The kernel drops the lock when its process dies, so a crashed cycle's lock is
   taken over at once; the file names the last holder for the error message.
 """
 
@@ -60,6 +60,11 @@ class CycleConfig:
         [str(resources.events())], help="Event logs for source=logs (default: the small log shipped in rlcycle/data)."
     )
     base: str = cfg("production", help="Base policy: a registry alias or a checkpoint directory.")
+    registry_home: str | None = cfg(
+        None,
+        help="Home of the registry the cycle reads and deploys to (registry/, cycle.lock, models/); "
+        "None: the CLI's default, $RLCYCLE_HOME or ~/.rlcycle.",
+    )
     bootstrap_seed: int = cfg(
         0, help="With an empty registry and base=production: create the tiny default model with this seed."
     )
@@ -216,9 +221,7 @@ class Cycle:
         self.result = CycleResult(str(self.run_dir), [])
 
     def run(self) -> CycleResult:
-        from rlcycle.policy.registry import home
-
-        with CycleLock(home()):
+        with CycleLock(self._home()):
             self.base_path, self.base_id = self._pinned_base()
             for name in self.order:
                 if self._step(name):
@@ -282,6 +285,19 @@ class Cycle:
             self.result.deployed = result.get("checkpoint_id")
         return False
 
+    def _home(self) -> Path:
+        if self.config.registry_home is None:
+            raise InputError(
+                "cycle config: registry_home is not set",
+                hint="set registry_home = DIR; `rlcycle cycle` defaults it to $RLCYCLE_HOME or ~/.rlcycle",
+            )
+        return Path(self.config.registry_home)
+
+    def _registry(self) -> Any:
+        from rlcycle.policy.registry import Registry
+
+        return Registry(self._home() / "registry")
+
     def _log(self, msg: str) -> None:
         if not self.quiet:
             info(f"[cycle] {msg}")
@@ -296,7 +312,7 @@ class Cycle:
 
     def _pinned_base(self) -> tuple[Path, str]:
         """The base checkpoint of this run dir: recorded on the first run, reused after."""
-        from rlcycle.policy.registry import Registry, checkpoint_id
+        from rlcycle.policy.registry import checkpoint_id
 
         pin = self.run_dir / "run.json"
         if pin.exists():
@@ -304,7 +320,7 @@ class Cycle:
             path = Path(data["base_path"])
             if path.is_dir():
                 return path, data["base_id"]
-        reg = Registry()
+        reg = self._registry()
         if self.config.base == "production" and "production" not in reg.aliases():
             self._bootstrap(reg)
         path = reg.resolve(self.config.base) if not Path(self.config.base).is_dir() else Path(self.config.base)
@@ -336,7 +352,9 @@ class Cycle:
         inputs = {"policy": self.base_id, "tasks": content_hash([self.config.tasks])}
 
         def work() -> dict:
-            r = simulate.run(c, str(self.base_path), self.config.tasks, out, quiet=self.quiet)
+            r = simulate.run(
+                c, str(self.base_path), self.config.tasks, out, quiet=self.quiet, registry=self._home() / "registry"
+            )
             return {"episodes": r.episodes, "output": str(out)}
 
         return c, inputs, {"events": str(out)}, work
@@ -411,7 +429,7 @@ class Cycle:
         inputs = {"candidate": _ckpt_id(ckpt), "baseline": self.base_id, "tasks": content_hash([self.config.tasks])}
 
         def work() -> dict:
-            r = run(c, str(ckpt), str(self.base_path), self.config.tasks, out)
+            r = run(c, str(ckpt), str(self.base_path), self.config.tasks, out, registry=self._home() / "registry")
             failed = [g["name"] for g in r.verdict.get("gates", []) if not g["passed"]]
             return {
                 "decision": r.decision,
@@ -424,7 +442,6 @@ class Cycle:
 
     def _stage_deploy(self):
         from rlcycle import deploy
-        from rlcycle.policy.registry import Registry
 
         c = self._sub(deploy.DeployConfig, "deploy")
         ckpt = self._path("train", "checkpoint")
@@ -433,7 +450,7 @@ class Cycle:
 
         def work() -> dict:
             cid = _ckpt_id(ckpt)
-            reg = Registry()
+            reg = self._registry()
             if reg.aliases().get(c.alias) == cid:
                 return {"status": "up_to_date", "checkpoint_id": cid}
             hist = reg.history().to_pylist()
@@ -441,7 +458,7 @@ class Cycle:
                 # Re-running an old run dir must not roll production back to its checkpoint:
                 # that takes an explicit `rlcycle deploy` (or `rlcycle rollback`).
                 return {"status": "superseded", "checkpoint_id": cid}
-            r = deploy.run(c, ckpt, verdict)
+            r = deploy.run(c, ckpt, verdict, reg)
             return {"checkpoint_id": r.checkpoint_id, "previous_id": r.previous_id, "action": r.action}
 
         return c, inputs, {}, work

@@ -11,6 +11,7 @@ import pytest
 
 from rlcycle import digest
 from rlcycle import io as rio
+from rlcycle.cli.options import registry_dir
 from rlcycle.config import check_range, read_toml
 from rlcycle.errors import InputError
 from rlcycle.policy.registry import Registry, checkpoint_id
@@ -90,7 +91,7 @@ def test_an_old_registry_still_resolves_and_is_not_copied_twice(cli, tmp_path, r
     root = rlcycle_home / "registry"
     old_id = old_registry(root, ckpt)
     new_id = checkpoint_id(ckpt)
-    reg = Registry()  # opening appends the history row the old writer left undone
+    reg = Registry(registry_dir())  # opening appends the history row the old writer left undone
     assert reg.history().num_rows == 1
     for ref in ("production", "registry:production", old_id, new_id):
         assert reg.resolve(ref) == root / "checkpoints" / old_id, ref
@@ -103,12 +104,12 @@ def test_an_old_registry_still_resolves_and_is_not_copied_twice(cli, tmp_path, r
     r = cli(["deploy", ckpt, "--verdict", v, "--alias", "candidate", "--json"])
     assert r.exit_code == 0, r.error
     assert json.loads(r.stdout)["checkpoint_id"] == old_id
-    assert [c["id"] for c in Registry().checkpoints()] == [old_id]
+    assert [c["id"] for c in Registry(registry_dir()).checkpoints()] == [old_id]
     # Another checkpoint is stored under its new id, beside the old one.
     other = fake_ckpt(tmp_path / "other", 2)
     r = cli(["registry", "add", other])
     assert r.exit_code == 0 and r.stdout.strip() == checkpoint_id(other)
-    assert sorted(c["id"] for c in Registry().checkpoints()) == sorted([old_id, checkpoint_id(other)])
+    assert sorted(c["id"] for c in Registry(registry_dir()).checkpoints()) == sorted([old_id, checkpoint_id(other)])
 
 
 def test_an_old_lineage_file_still_orders_policy_versions(tmp_path):

@@ -12,12 +12,13 @@ from test_runner import make_suite, scrub
 
 from rlcycle.agent.runner import RunnerConfig, run_episodes
 from rlcycle.agent.scripted import ReferencePolicy, load_tokenizer
+from rlcycle.cli.options import registry_dir
 from rlcycle.errors import InputError
 from rlcycle.evaluation import stage as eval_stage
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 from rlcycle.rollout.executor import load_policy_spec, pin_policy
 from rlcycle.sandbox import SandboxPool
-from rlcycle.simulate import SimulateConfig, _policy_spec
+from rlcycle.simulate.stage import SimulateConfig, _policy_spec
 from rlcycle.simulate import run as simulate
 
 
@@ -108,7 +109,7 @@ def test_the_cycles_simulate_and_eval_tables_take_the_keys():
 
 def test_pin_policy_names_a_reference_without_loading_it(tiny):
     from rlcycle.deploy.stage import register
-    from rlcycle.policy.registry import checkpoint_id
+    from rlcycle.policy.registry import Registry, checkpoint_id
 
     assert pin_policy("scripted:reference") == ("scripted:reference", "scripted:reference", None)
     assert pin_policy("http://127.0.0.1:9/v1") == ("http://127.0.0.1:9/v1",) * 2 + (None,)
@@ -116,11 +117,11 @@ def test_pin_policy_names_a_reference_without_loading_it(tiny):
     cid = checkpoint_id(model)
     assert pin_policy(str(model)) == (str(model.resolve()), cid, cid)
     # An alias is pinned to the directory it names now: workers load that very checkpoint.
-    register(model, "production")
-    ref, name, got = pin_policy("production")
+    register(model, "production", Registry(registry_dir()))
+    ref, name, got = pin_policy("production", registry_dir())
     assert (name, got) == (cid, cid) and checkpoint_id(ref) == cid and ref != "production"
     with pytest.raises(InputError):
-        pin_policy("candidate")  # not set in this registry
+        pin_policy("candidate", registry_dir())  # not set in this registry
 
 
 def test_an_out_of_range_or_repeated_shard_is_refused(tasks):

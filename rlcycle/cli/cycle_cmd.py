@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
@@ -41,6 +42,8 @@ def register(app: typer.Typer) -> None:
         from rlcycle import cycle as stage
 
         cfg = stage.load_config(config, set_, {"run_dir": run_dir, "source": source, "events": events or None})
+        if cfg.registry_home is None:  # the CLI's default home (rlcycle/cli/options.py)
+            cfg = dataclasses.replace(cfg, registry_home=str(opt.home()))
         result = stage.Cycle(
             cfg, force=force, dry_run=dry_run, from_stage=from_stage, until_stage=until_stage, quiet=quiet
         ).run()

@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
             },
             section="simulate",
         )
-        result = stage.run(cfg, policy, tasks, out, quiet=quiet)
+        result = stage.run(cfg, policy, tasks, out, quiet=quiet, registry=opt.registry_dir())
         if out != "-":
             # A dot file, so `rlcycle collect DIR` does not read it as an events log.
             p = Path(out)

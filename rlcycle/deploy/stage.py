@@ -136,9 +136,10 @@ def run(
     config: DeployConfig,
     checkpoint: str | Path,
     verdict_path: str | Path | None,
-    registry: Registry | None = None,
+    registry: Registry,
 ) -> DeployResult:
-    reg = registry or Registry()
+    """Promote `checkpoint` into `registry` (its verdict permitting), then the serving hook."""
+    reg = registry
     verdict = load_verdict(verdict_path)
     api_key = config.hook_api_key() if config.hook else None  # before anything moves
     with reg.locked():
@@ -213,15 +214,15 @@ def run(
 
 
 def rollback(
+    registry: Registry,
     alias: str = "production",
-    registry: Registry | None = None,
     note: str | None = None,
     config: DeployConfig | None = None,
 ) -> DeployResult:
     """Point `alias` back at `previous` (and `previous` at what was rolled back from); then the
     serving hook, as deploy calls it, with the checkpoint rolled back to. If the hook fails, the
     serving side still has the newer one: the rollback is reverted (recorded) and it raises."""
-    reg = registry or Registry()
+    reg = registry
     hook = config.hook if config else None
     api_key = config.hook_api_key() if hook else None  # before anything moves
     with reg.locked():
@@ -260,9 +261,9 @@ def rollback(
     return DeployResult("rollback", alias, back, current, hook=hook)
 
 
-def register(checkpoint: str | Path, alias: str | None, registry: Registry | None = None) -> str:
+def register(checkpoint: str | Path, alias: str | None, registry: Registry) -> str:
     """Add a checkpoint (e.g. the first production model), optionally setting an alias."""
-    reg = registry or Registry()
+    reg = registry
     with reg.locked():
         cid = reg.add(checkpoint)
         if alias:

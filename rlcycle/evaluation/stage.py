@@ -90,7 +90,16 @@ def _rows(episodes) -> pa.Table:
     return conform(pa.Table.from_pylist(rows, schema=EVAL_RESULTS.schema), EVAL_RESULTS)
 
 
-def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path, out: str | Path) -> EvalResult:
+def run(
+    config: EvalConfig,
+    candidate: str,
+    baseline: str,
+    tasks_dir: str | Path,
+    out: str | Path,
+    registry: str | Path | None = None,
+) -> EvalResult:
+    """Evaluate `candidate` against `baseline` on the suite `tasks_dir`: `out` (the episodes) and
+    `verdict.json` beside it. `registry`: the registry directory aliases resolve in."""
     from rlcycle.agent.runner import RunnerConfig
 
     problems = config.validate()
@@ -116,8 +125,8 @@ def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path
         retries=config.retries,
         concurrency=config.sandboxes,
     )
-    cand = _policy(candidate, config)
-    base = _policy(baseline, config)
+    cand = _policy(candidate, config, registry)
+    base = _policy(baseline, config, registry)
     cand_name, base_name = f"candidate:{cand.name}", f"baseline:{base.name}"
     episodes = []
     try:
@@ -171,16 +180,18 @@ class _Policy:
     checkpoint_id: str | None
 
 
-def _policy(ref: str, config: EvalConfig) -> _Policy:
+def _policy(ref: str, config: EvalConfig, registry: str | Path | None = None) -> _Policy:
     """Loaded here for the local executor; for Ray only named (each worker loads its copy)."""
     if config.executor == "ray":
         from rlcycle.rollout.executor import pin_policy
 
-        pinned, name, cid = pin_policy(ref)
+        pinned, name, cid = pin_policy(ref, registry)
         return _Policy(PolicySpec(pinned, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens), name, cid)
     from rlcycle.policy.resolve import resolve_policy
 
-    r = resolve_policy(ref, tokenizer=config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens)
+    r = resolve_policy(
+        ref, tokenizer=config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens, registry=registry
+    )
     return _Policy(PolicySpec(None, config.tokenizer, r.policy), r.name, r.checkpoint_id)
 
 

@@ -130,11 +130,19 @@ class SimulateResult:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
 
 
-def run(config: SimulateConfig, policy: Any, tasks: Any, out: str | Path, quiet: bool = False) -> SimulateResult:
+def run(
+    config: SimulateConfig,
+    policy: Any,
+    tasks: Any,
+    out: str | Path,
+    quiet: bool = False,
+    registry: str | Path | None = None,
+) -> SimulateResult:
     """Simulate `config.episodes` sessions of `policy` on `tasks`, writing events to `out`.
 
     `policy`: a Policy object or a reference string (see the module docstring); `tasks`: a
-    suite directory or a list of Tasks; `out`: a .jsonl path or `-` (stdout)."""
+    suite directory or a list of Tasks; `out`: a .jsonl path or `-` (stdout); `registry`: the
+    registry directory a policy alias resolves in."""
     problems = config.validate()
     if problems:
         raise InputError(
@@ -143,7 +151,7 @@ def run(config: SimulateConfig, policy: Any, tasks: Any, out: str | Path, quiet:
         )
     started = time.monotonic()
     task_list = _load_tasks(tasks)
-    spec, name = _policy_spec(policy, config)
+    spec, name = _policy_spec(policy, config, registry)
     progress = Progress("simulate", quiet=quiet)
     runner = config.runner()
     n = config.episodes or len(task_list)
@@ -247,7 +255,7 @@ def _load_tasks(tasks: Any) -> list:
     return task_list
 
 
-def _policy_spec(policy: Any, config: SimulateConfig) -> tuple[PolicySpec, str]:
+def _policy_spec(policy: Any, config: SimulateConfig, registry: str | Path | None = None) -> tuple[PolicySpec, str]:
     """The policy as the executor needs it, and its name. Locally it is loaded here; Ray
     workers load their own copies from the reference, so only its name is read here."""
     if config.executor == "ray":
@@ -263,18 +271,20 @@ def _policy_spec(policy: Any, config: SimulateConfig) -> tuple[PolicySpec, str]:
                 f"policy {str(policy)!r} comes without a tokenizer",
                 hint="pass --tokenizer DIR: the tokenizer of the served model",
             )
-        ref, name, _ = pin_policy(str(policy))
+        ref, name, _ = pin_policy(str(policy), registry)
         return PolicySpec(ref, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens), name
-    policy_obj, name = _load_policy(policy, config.tokenizer, config.prefix_cache_tokens)
+    policy_obj, name = _load_policy(policy, config.tokenizer, config.prefix_cache_tokens, registry)
     return PolicySpec(None, config.tokenizer, policy_obj, _renderer(policy_obj, config.tokenizer)), name
 
 
-def _load_policy(policy: Any, tokenizer: str | None, prefix_cache_tokens: int) -> tuple[Any, str]:
+def _load_policy(policy: Any, tokenizer: str | None, prefix_cache_tokens: int, registry: Any) -> tuple[Any, str]:
     if not isinstance(policy, (str, Path)):
         return policy, str(getattr(policy, "name", type(policy).__name__))
     from rlcycle.policy.resolve import resolve_policy
 
-    resolved = resolve_policy(str(policy), tokenizer=tokenizer, prefix_cache_tokens=prefix_cache_tokens)
+    resolved = resolve_policy(
+        str(policy), tokenizer=tokenizer, prefix_cache_tokens=prefix_cache_tokens, registry=registry
+    )
     return resolved.policy, resolved.name
 
 
