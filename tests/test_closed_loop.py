@@ -179,7 +179,7 @@ def test_paired_online_differences_join_on_the_session():
 
 
 def _config(arm: str | None, seed: int, sets: list[str]):
-    return loop.cycle_config(Path("/r/run"), arm, seed, 7, "/t", False, sets)
+    return loop.cycle_config(Path("/r/run"), Path("/r/home"), arm, seed, 7, "/t", False, sets)
 
 
 def test_cycle_config_and_sets():
@@ -188,7 +188,7 @@ def test_cycle_config_and_sets():
     sets = ["train.lr=1e-4", "eval.max_tasks=5", 'simulate.run_id="x"', "reward_spec=/r.toml"]
     cfg = _config(None, 2, sets)
     assert cfg.source == "simulate" and cfg.tasks == "/t" and cfg.reward_spec == "/r.toml"
-    assert cfg.run_dir == "/r/run"
+    assert cfg.run_dir == "/r/run" and cfg.registry_home == "/r/home"  # the arm's own registry, explicit
     assert cfg.simulate["seed"] == 2 and cfg.simulate["episodes"] == 7 and cfg.simulate["run_id"] == "x"
     assert cfg.train["lr"] == 1e-4 and cfg.eval["max_tasks"] == 5
     assert cfg.train["max_steps"] > 1000  # epochs decide, not the cycle's 2-step demo cap
@@ -309,7 +309,11 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
     assert experiment["paired"] == {last.replace("/", " "): 4}
     assert experiment["vs_v0"][last]["tests_pass_rate"]["diff"]["kind"] == "paired"
     assert (root / "report.txt").read_text().startswith("Experiment: arms treatment")
-    # each arm's registry home holds its own history; the experiment's process home is untouched
+    # the arm's registry home holds what it deployed; the process's RLCYCLE_HOME is untouched
+    from rlcycle.policy.registry import Registry
+
+    deployed = second["deployed"] or first["deployed"]
+    assert Registry(root / "treatment" / "home" / "registry").aliases()["production"] == deployed
     assert not (Path(os.environ["RLCYCLE_HOME"]) / "registry").exists()
     # the HTML: `rlcycle report` of the real run directories, v0's measure run first; its A/B
     # paired by session as the text report's

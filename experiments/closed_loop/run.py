@@ -109,6 +109,7 @@ def seeds(seed: int, cycles: int) -> list[tuple[str, int]]:
 
 def cycle_config(
     run_dir: Path,
+    home: Path,
     arm: str | None,
     seed: int,
     episodes: int,
@@ -116,14 +117,15 @@ def cycle_config(
     warm: bool,
     sets: list[str],
 ) -> CycleConfig:
-    """The CycleConfig of one run (module docstring, step 1); `arm` None: no arm switch."""
+    """The CycleConfig of one run (module docstring, step 1) in the registry `home`; `arm` None:
+    no arm switch."""
     data = {**BASE, **(WARM if warm else {}), "tasks": tasks, "simulate.episodes": episodes, "simulate.seed": seed}
     switch = [s.format(seed=seed) for s in ARMS[arm]] if arm else []
     return resolve(
         CycleConfig,
         None,
         [*sets, *switch],
-        {"run_dir": str(run_dir)},
+        {"run_dir": str(run_dir), "registry_home": str(home)},
         section="cycle",
         data=data,
         data_origin="the experiment's defaults (experiments/closed_loop/run.py BASE)",
@@ -162,20 +164,6 @@ def register_start(home: Path, start: dict[str, Any]) -> None:
         register(start["path"], "production", reg)
 
 
-@contextlib.contextmanager
-def registry_home(home: Path) -> Iterator[None]:
-    """The registry home of the cycles run inside (`RLCYCLE_HOME`, restored after)."""
-    before = os.environ.get("RLCYCLE_HOME")
-    os.environ["RLCYCLE_HOME"] = str(home)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("RLCYCLE_HOME", None)
-        else:
-            os.environ["RLCYCLE_HOME"] = before
-
-
 def share_first_cycle(src: Path, dst: Path) -> bool:
     """Copy the first arm's cycle-1 simulate and collect outputs into another arm's cycle-1:
     the same start on the same seed gives the same sessions, and the cycle's cache (keyed by the
@@ -190,12 +178,11 @@ def share_first_cycle(src: Path, dst: Path) -> bool:
 # --- running --------------------------------------------------------------------------------------
 
 
-def run_cycle(cfg: CycleConfig, home: Path, until: str | None, quiet: bool, log: Any) -> dict[str, Any]:
-    """One cycle in this process against the arm's registry: its result as `rlcycle cycle
-    --json` prints it; a stage error ends it with the error's exit code (and message)."""
+def run_cycle(cfg: CycleConfig, until: str | None, quiet: bool, log: Any) -> dict[str, Any]:
+    """One cycle in this process against the arm's registry (`cfg.registry_home`): its result
+    as `rlcycle cycle --json` prints it; a stage error ends it with the error's exit code."""
     try:
-        with registry_home(home):
-            return Cycle(cfg, until_stage=until, quiet=quiet).run().as_dict()
+        return Cycle(cfg, until_stage=until, quiet=quiet).run().as_dict()
     except RlcycleError as e:
         log(f"error: {e.message}" + (f" (hint: {e.hint})" if e.hint else ""))
         return {"decision": None, "stages": [], "exit_code": e.exit_code, "error": e.message}
@@ -212,7 +199,16 @@ def plan(arm: str, o: dict[str, Any], out: Path, paired: bool) -> list[tuple[str
         episodes = (o["measure_episodes"] or o["episodes"]) if measure else o["episodes"]
         # The measure run only measures: the same config in every arm (no switch), until distill,
         # so the version's mean reward under the plain spec is known.
-        cfg = cycle_config(out / arm / name, None if measure else arm, seed, episodes, o["tasks"], paired, o["sets"])
+        cfg = cycle_config(
+            out / arm / name,
+            out / arm / "home",
+            None if measure else arm,
+            seed,
+            episodes,
+            o["tasks"],
+            paired,
+            o["sets"],
+        )
         configs.append((name, seed, cfg))
     return configs
 
@@ -229,7 +225,7 @@ def run_arm(arm: str, o: dict[str, Any], out: Path, start: dict[str, Any], first
         shared = name == "cycle-1" and first is not None and share_first_cycle(first, run_dir)
         o["log"](f"{arm}/{name}: cycle in {run_dir}" + (" (cycle-1 traffic shared)" if shared else ""))
         started = time.monotonic()
-        result = run_cycle(cfg, home, "distill" if measure else None, o["quiet"], o["log"])
+        result = run_cycle(cfg, "distill" if measure else None, o["quiet"], o["log"])
         result.update(name=name, seed=seed, wall_s=round(time.monotonic() - started, 1), shared_traffic=shared)
         (out / arm / f"{name}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
         runs["cycles"].append(result)
@@ -379,7 +375,9 @@ def _options(arms, cycles, episodes, measure_episodes, seed, tasks, start, warm_
         "sets": list(sets or []),
     }
     # every config problem now, before any cycle runs (the same resolve each run does)
-    cycle_config(out / "check", names[0], seed, episodes, o["tasks"], start is not None or warm_start, o["sets"])
+    cycle_config(
+        out / "check", out / "home", names[0], seed, episodes, o["tasks"], start is not None or warm_start, o["sets"]
+    )
     return o
 
 
