@@ -31,6 +31,7 @@ from typing import Any
 
 import polars as pl
 
+from experiments.closed_loop import text
 from experiments.closed_loop.report import (
     DIRECTIONS,
     LEARN_METRICS,
@@ -229,16 +230,16 @@ def render_experiment(report: dict[str, Any]) -> str:
         w(f"  every version on the same measure sessions; differences paired by session (matched with v0: {pairs})")
     names = {m: SHOWN[m] for m in report["metric_names"]}
     if report["rows"]:
-        lines += ab.metrics_lines(report["rows"], report["names"], names)
+        lines += text.metrics_lines(report["rows"], report["names"], names)
     if report["vs_v0"]:
         w("")
         w("Each arm's last version minus v0 (better/worse only where the CI excludes 0)")
-        lines += ab.ab_lines(report["vs_v0"], report["names"], V0, names)
+        lines += text.ab_lines(report["vs_v0"], report["names"], V0, names)
     if report["vs_control"]:
         w("")
         base = report["last"]["control"]
         w(f"Each arm's last version minus control's ({report['names'][base]})")
-        lines += ab.ab_lines(report["vs_control"], report["names"], report["names"][base], names)
+        lines += text.ab_lines(report["vs_control"], report["names"], report["names"][base], names)
     w("")
     v = report["verdict"]
     w(f"Learned? {'YES' if v['learned'] else 'NO' if v['learned'] is False else 'n/a'}: {v['summary']}.")
@@ -249,7 +250,7 @@ def render_experiment(report: dict[str, Any]) -> str:
         [arm, *("-" if s.get(k) is None else f"{s[k]:.1f}" for k in (*STAGES, "cycle", "measure", "total"))]
         for arm, s in report["seconds"].items()
     ]
-    lines += ab.text_table(header, rows)
+    lines += text.text_table(header, rows)
     if report.get("wall_s") is not None:
         w(f"  wall time, all arms: {report['wall_s']:.0f} s")
     if report.get("html"):

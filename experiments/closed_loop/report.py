@@ -32,6 +32,7 @@ from typing import Any
 
 import polars as pl
 
+from experiments.closed_loop import text
 from rlcycle import online, stats
 from rlcycle.agent import user
 from rlcycle.errors import RlcycleError
@@ -391,7 +392,7 @@ def render(report: dict[str, Any]) -> str:
                 f"{c['wall_s']:.0f}s",
             ]
         )
-    lines += ab.text_table(
+    lines += text.text_table(
         [
             "run",
             "served",
@@ -418,11 +419,11 @@ def render(report: dict[str, Any]) -> str:
     w("")
     w("Online metrics per policy version (95% CI; simulated users; sessions are the clusters)")
     counts = [[f"  n {key.replace('_', ' ')}", *(str(metrics[v["id"]]["counts"][key]) for v in vs)] for key in COUNTS]
-    lines += ab.metrics_lines(metrics, labels, names, extra=counts)
+    lines += text.metrics_lines(metrics, labels, names, extra=counts)
     if report["ab"]:
         w("")
         w(f"A/B: each version minus {vs[0]['label']} (95% CI; better/worse only where the CI excludes 0)")
-        lines += ab.ab_lines(report["ab"], labels, vs[0]["label"], names)
+        lines += text.ab_lines(report["ab"], labels, vs[0]["label"], names)
     w("")
     v = report["verdict"]
     w(f"Improved? {'YES' if v['improved'] else 'NO'}: {v['summary']}.")
