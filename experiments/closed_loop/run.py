@@ -64,7 +64,7 @@ from rlcycle import console  # noqa: E402
 from rlcycle.cli import options as opt  # noqa: E402
 from rlcycle.config import resolve, save_resolved  # noqa: E402
 from rlcycle.cycle import Cycle, CycleConfig  # noqa: E402
-from rlcycle.errors import EXIT_GATE_REFUSED, InputError, RlcycleError  # noqa: E402
+from rlcycle.errors import EXIT_GATE_REFUSED, EXIT_INTERRUPTED, InputError, RlcycleError  # noqa: E402
 
 # This experiment's cycle config under the user's (`rlcycle cycle --set` keys). Sized for minutes
 # on 2 busy cores with the tiny model: short completions, one pass of training over the collected
@@ -408,7 +408,8 @@ def _log(msg: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the program with `argv` (None: sys.argv[1:]) and return its exit code, with the CLI's
-    conventions: `Error:`/`Hint:` on stderr, exit 2 for bad usage or config, 1 for a failure."""
+    conventions: `Error:`/`Hint:` on stderr, exit 2 for bad usage or config, 1 for a failure,
+    130 when interrupted."""
     from rich.markup import escape
 
     usage_errors = tuple(t for t in (getattr(typer, "TyperException", None), _click_exception()) if t is not None)
@@ -420,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         if e.hint:
             console.err.print(f"[dim]Hint:[/dim] {escape(e.hint)}")
         return e.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted.\n")
+        return EXIT_INTERRUPTED
     except typer.Exit as e:
         return e.exit_code
     except usage_errors as e:  # click's usage errors: the usage line and the error, exit 2
