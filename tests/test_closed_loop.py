@@ -305,6 +305,8 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
     sessions = [set(t.get_column("session_id")) for t in measured]
     assert keys[0] == keys[1] and len(keys[0]) == 4 and None not in keys[0]  # the same sessions ...
     assert not sessions[0] & sessions[1]  # ... under other session ids (they name the run)
+    cycle1 = pl.read_ipc(out / "cycle-1" / "collect" / "trajectories.arrow").get_column("pair_key")
+    assert not set(cycle1) & set(keys[0])  # another traffic seed: other sessions, nothing to pair
     last = "/".join(experiment["last"]["treatment"])
     assert experiment["paired"] == {last.replace("/", " "): 4}
     assert experiment["vs_v0"][last]["tests_pass_rate"]["diff"]["kind"] == "paired"
