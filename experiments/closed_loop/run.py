@@ -344,25 +344,28 @@ def _options(arms, cycles, episodes, measure_episodes, seed, tasks, start, warm_
     """The checked options (every problem at once, exit 2), and the config resolved once. A plan
     does not need the start yet (edit_experiment.sh plans before it makes one)."""
     names = [a.strip() for a in arms.split(",") if a.strip()]
-    problems = []
+    problems: list[tuple[str, str]] = []  # (what is wrong, what to do)
     if not names or len(set(names)) != len(names) or any(a not in ARMS for a in names):
-        problems.append(f"--arms {arms!r}: a comma-separated list of distinct arms from {', '.join(ARMS)}")
+        problems.append((f"--arms {arms!r}: not distinct arms of {', '.join(ARMS)}", "e.g. --arms treatment,control"))
     if cycles < 1 or episodes < 1 or (measure_episodes is not None and measure_episodes < 1):
-        problems.append("--cycles, --episodes and --measure-episodes must be >= 1")
+        problems.append(("--cycles, --episodes and --measure-episodes must be >= 1", "pass positive counts"))
     if start is not None and warm_start:
-        problems.append("--start and --warm-start: pick one")
+        problems.append(("--start and --warm-start: pick one", "drop one of them"))
     if not tasks.is_dir():
-        problems.append(f"--tasks {tasks}: no such directory (relative to {Path.cwd()})")
-    if start is not None and not plan_only and not (start / "config.json").exists():
-        problems.append(f"--start {start}: not a checkpoint directory (no config.json)")
-    if (out / "runs.json").exists() or any(out.glob("*/cycle-*")):
-        problems.append(f"--out {out}: holds runs already")
-    if problems:
-        raise InputError(
-            "; ".join(problems),
-            hint="pass --tasks DIR from anywhere (sample_data/tasks is in a checkout); pick another --out, "
-            "remove it, or use --report-only",
+        problems.append(
+            (
+                f"--tasks {tasks}: no such directory (relative to {Path.cwd()})",
+                "run from a checkout or pass --tasks DIR",
+            )
         )
+    if start is not None and not plan_only and not (start / "config.json").exists():
+        problems.append(
+            (f"--start {start}: not a checkpoint directory (no config.json)", "pass a checkpoint directory")
+        )
+    if (out / "runs.json").exists() or any(out.glob("*/cycle-*")):
+        problems.append((f"--out {out}: holds runs already", "pick another --out, remove it, or use --report-only"))
+    if problems:
+        raise InputError("; ".join(p for p, _ in problems), hint="; ".join(dict.fromkeys(h for _, h in problems)))
     o = {
         "arms": names,
         "cycles": cycles,
