@@ -214,6 +214,27 @@ def test_arms_differ_only_in_their_distill_switch():
     assert loop.main(["--arms", "treatment,bogus", "--out", "/nonexistent/x"]) == 2
 
 
+def test_plan_resolves_every_run_and_writes_nothing(tmp_path, capsys):
+    """--plan: each run's name, seed and resolved cycle config (the start need not exist yet:
+    edit_experiment.sh plans before it makes one); nothing is written."""
+    out = tmp_path / "exp"
+    args = ["--plan", "--json", "--cycles", "2", "--seed", "3", "--start", str(tmp_path / "later"), "--out", str(out)]
+    assert loop.main([*args, "--tasks", str(REPO / "sample_data" / "tasks"), "--set", "train.lr=1e-4"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    runs = [(r["arm"], r["run"], r["seed"]) for r in plan["runs"]]
+    assert runs[0] == ("v0", "measure", 3900)  # a chosen start: v0 measured on the measure traffic
+    assert runs[1:4] == [("treatment", "cycle-1", 3001), ("treatment", "cycle-2", 3002), ("treatment", "measure", 3900)]
+    control = [r["config"] for r in plan["runs"] if r["arm"] == "control"]
+    assert [c["distill"] for c in control] == [
+        {"permute_rewards": True, "permute_seed": 3001},
+        {"permute_rewards": True, "permute_seed": 3002},
+        {},  # the measure run: no switch
+    ]
+    assert all(r["config"]["train"]["lr"] == 1e-4 for r in plan["runs"])
+    assert all(r["config"]["registry_home"] == str(out / r["arm"] / "home") for r in plan["runs"])
+    assert not out.exists()
+
+
 def test_user_verdict_is_the_hidden_tests_verdict():
     """tests_passed from the simulated user's follow-up: satisfied texts pass, complaints fail,
     anything else (a clarification answer, no follow-up) says nothing."""
