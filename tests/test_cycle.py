@@ -17,9 +17,12 @@ from rlcycle.policy.registry import Registry
 pytestmark = pytest.mark.docker
 
 
-# A lighter eval than the demo's, to keep the suite quick; the stages are the same.
+# The demo's train sizes and bootstrap on the packaged logs, with a lighter eval than the demo's,
+# to keep the suite quick; the stages are the same.
 FAST = (
-    '[cycle]\nsource = "logs"\n[cycle.eval]\nattempts = 1\nmax_tasks = 6\nmax_new_tokens = 16\nmax_turns = 2\n'
+    '[cycle]\nsource = "logs"\nbootstrap = true\n'
+    "[cycle.train]\nmax_steps = 2\nbatch_size = 8\nlr = 1e-5\nmax_policy_lag = -1\nsave_every = 1\n"
+    "[cycle.eval]\nattempts = 1\nmax_tasks = 6\nmax_new_tokens = 16\nmax_turns = 2\n"
     "sandboxes = 2\nmin_paired_tasks = 5\nlatency_noise_ms = 10000.0\n"
 )
 

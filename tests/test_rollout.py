@@ -18,8 +18,8 @@ from rlcycle.evaluation import stage as eval_stage
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 from rlcycle.rollout.executor import load_policy_spec, pin_policy
 from rlcycle.sandbox import SandboxPool
-from rlcycle.simulate.stage import SimulateConfig, _policy_spec
 from rlcycle.simulate import run as simulate
+from rlcycle.simulate.stage import SimulateConfig, _policy_spec
 
 
 @pytest.fixture(scope="module")
@@ -89,21 +89,20 @@ def test_ray_needs_a_reference_and_a_servers_tokenizer_before_ray_starts(tmp_pat
 
 
 def test_the_cycles_simulate_and_eval_tables_take_the_keys():
-    """The cycle builds each stage's config from its table (`Cycle._sub`): no key list of its
-    own, so the executor keys come through, checked like any other key."""
-    from rlcycle.cycle import Cycle, CycleConfig
+    """The cycle's stage tables are the stages' own configs (typed): no key list of its own, so
+    the executor keys come through, checked like any other key, over the stage defaults."""
+    from rlcycle.config import resolve
+    from rlcycle.cycle import CycleConfig
 
     tables = {"executor": "ray", "ray_address": "auto", "workers_per_node": 2, "worker_retries": 1}
-    cycle = Cycle(CycleConfig(simulate=tables, eval=dict(tables, prefix_cache_tokens=0)))
-    sim = cycle._sub(SimulateConfig, "simulate")
-    ev = cycle._sub(eval_stage.EvalConfig, "eval")
+    cycle = resolve(CycleConfig, data={"simulate": tables, "eval": dict(tables, prefix_cache_tokens=0)})
+    sim, ev = cycle.simulate, cycle.eval
     for c in (sim, ev):
         assert c.rollout() == RolloutConfig("ray", "auto", 2, 1)
-    assert sim.episodes == 16 and ev.max_tasks == 12  # the sample defaults still apply
+    assert sim.episodes is None and ev.max_tasks is None  # the stage defaults apply, not the demo's
     assert (sim.prefix_cache_tokens, ev.prefix_cache_tokens) == (0, 0)
-    bad = Cycle(CycleConfig(eval={"executor": "slurm", "workers_per_node": 0}))
     with pytest.raises(InputError, match="executor='slurm'") as e:
-        bad._sub(eval_stage.EvalConfig, "eval")
+        resolve(CycleConfig, data={"eval": {"executor": "slurm", "workers_per_node": 0}})
     assert "workers_per_node=0" in str(e.value)  # every problem at once
 
 

@@ -109,6 +109,8 @@ def test_sdist_and_wheel_hold_the_package_data(dist):
         "rlcycle/data/rewards.toml",
         "rlcycle/data/events/events.jsonl",
         "rlcycle/data/tasks/calc/calc-decimals/task.toml",
+        "rlcycle/configs/demo.toml",
+        "rlcycle/configs/cron.toml",
     ):
         assert want in names and want in snames, want
     assert not [n for n in names if n.startswith(("tests/", "sample_data/", "scripts/")) or "__pycache__" in n]
@@ -144,7 +146,9 @@ def test_the_installed_wheel_runs_its_defaults_from_an_empty_directory(installed
     assert Path(lineage["config"]["init_model"]["tokenizer"]).resolve().is_relative_to(env_root)
 
     out = run(
-        [installed / "rlcycle", "cycle", "--source", "logs", "--until", "distill", "--json", "-q"], cwd=empty, env=env
+        [installed / "rlcycle", "cycle", "--config", "demo", "--source", "logs", "--until", "distill", "--json", "-q"],
+        cwd=empty,
+        env=env,
     ).stdout
     stages = {s["name"]: s for s in json.loads(out)["stages"]}
     assert stages["collect"]["status"] == stages["distill"]["status"] == "ran"

@@ -34,6 +34,7 @@ from rlcycle.deploy.hooks import call_hook
 from rlcycle.digest import same_checkpoint
 from rlcycle.errors import EXIT_GATE_REFUSED, InputError, RlcycleError
 from rlcycle.policy.registry import Entry, Registry, actor
+from rlcycle.stage import Outcome, RunLayout, StageContext, checkpoint_key
 
 
 @dataclass
@@ -273,3 +274,40 @@ def register(checkpoint: str | Path, alias: str | None, registry: Registry) -> s
                 Entry("register", alias, cid, old.get(alias), None, None, actor(), None),
             )
     return cid
+
+
+# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+
+
+class DeployStage:
+    """The cycle's deploy: train's checkpoint into the registry with eval's verdict. Never
+    cached (its effect is the registry, not the run directory), and so it checks the registry
+    itself: `up_to_date` when the alias already points at the checkpoint, `superseded` when the
+    checkpoint was promoted before (rerunning an old run directory must not roll production
+    back to it: that takes an explicit `rlcycle deploy` or `rlcycle rollback`)."""
+
+    name = "deploy"
+    config_class = DeployConfig
+    cacheable, gate, publishes = False, False, True
+
+    def inputs(self, ctx: StageContext) -> dict[str, str]:
+        return {"checkpoint": checkpoint_key(ctx.layout.file("checkpoint"))}
+
+    def outputs(self, layout: RunLayout) -> dict[str, Path]:
+        return {}
+
+    def run(self, config: DeployConfig, ctx: StageContext) -> Outcome:
+        ckpt = ctx.layout.file("checkpoint")
+        cid = checkpoint_key(ckpt)
+        reg = Registry(ctx.registry)
+        if reg.aliases().get(config.alias) == cid:
+            return Outcome({"status": "up_to_date", "checkpoint_id": cid}, f"deploy: {config.alias} is {cid} already")
+        if any(h["action"] == "promote" and h["checkpoint_id"] == cid for h in reg.history().to_pylist()):
+            return Outcome({"status": "superseded", "checkpoint_id": cid}, f"deploy: {cid} was promoted before")
+        r = run(config, ckpt, ctx.layout.file("verdict"), reg)
+        return Outcome(
+            {"checkpoint_id": r.checkpoint_id, "previous_id": r.previous_id, "action": r.action}, format_summary(r)
+        )
+
+
+STAGE = DeployStage()

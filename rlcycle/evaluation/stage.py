@@ -34,6 +34,7 @@ from rlcycle.errors import InputError
 from rlcycle.evaluation.verdict import GateConfig, decide
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 from rlcycle.schema import EVAL_RESULTS, conform
+from rlcycle.stage import Outcome, RunLayout, StageContext, checkpoint_key, content_key
 
 
 @dataclass
@@ -249,3 +250,40 @@ def verdict_table(v: dict[str, Any]) -> Any:
 
 def _fmt(x) -> str:
     return f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+
+
+class EvalStage:
+    """The cycle's eval: train's checkpoint against the pinned base on the cycle's suite. A
+    gate: its `decision` decides whether the cycle goes on to deploy."""
+
+    name = "eval"
+    config_class = EvalConfig
+    cacheable, gate, publishes = True, True, False
+
+    def inputs(self, ctx: StageContext) -> dict[str, str]:
+        return {
+            "candidate": checkpoint_key(ctx.layout.file("checkpoint")),
+            "baseline": ctx.base_id,
+            "tasks": content_key([ctx.tasks]),
+        }
+
+    def outputs(self, layout: RunLayout) -> dict[str, Path]:
+        return {"results": layout.file("eval_results"), "verdict": layout.file("verdict")}
+
+    def run(self, config: EvalConfig, ctx: StageContext) -> Outcome:
+        ckpt, out = ctx.layout.file("checkpoint"), ctx.layout.file("eval_results")
+        r = run(config, str(ckpt), str(ctx.base_path), ctx.tasks, out, registry=ctx.registry)
+        failed = [g["name"] for g in r.verdict.get("gates", []) if not g["passed"]]
+        record = {
+            "decision": r.decision,
+            "failed_gates": failed,
+            "verdict": r.verdict_path,
+            "status": "refused" if r.decision == "refuse" else "ran",
+        }
+        return Outcome(record, f"eval: {r.decision}" + (f" (failed: {', '.join(failed)})" if failed else ""))
+
+
+STAGE = EvalStage()

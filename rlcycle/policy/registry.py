@@ -107,9 +107,13 @@ class Entry:
 class Registry:
     """Open (and repair) a registry; every mutation happens under `with reg.locked():`."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, readonly: bool = False):
+        """`readonly`: only read it (a dry run): nothing is created, locked or repaired, and a
+        registry that does not exist reads as empty."""
         self.root = Path(root)
         self.ckpts = self.root / "checkpoints"
+        if readonly:
+            return
         self.ckpts.mkdir(parents=True, exist_ok=True)
         with self.locked():  # finishes a history append a killed writer left undone
             self._remove_stale_temps()

@@ -52,6 +52,7 @@ from rlcycle.config import cfg, check_range
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
+from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
 
 @dataclass
@@ -326,3 +327,28 @@ def format_summary(r: SimulateResult) -> str:
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+
+
+class SimulateStage:
+    """The cycle's simulate: the pinned base policy on the cycle's task suite -> events."""
+
+    name = "simulate"
+    config_class = SimulateConfig
+    cacheable, gate, publishes = True, False, False
+
+    def inputs(self, ctx: StageContext) -> dict[str, str]:
+        return {"policy": ctx.base_id, "tasks": content_key([ctx.tasks])}
+
+    def outputs(self, layout: RunLayout) -> dict[str, Path]:
+        return {"events": layout.file("events")}
+
+    def run(self, config: SimulateConfig, ctx: StageContext) -> Outcome:
+        out = ctx.layout.file("events")
+        r = run(config, str(ctx.base_path), ctx.tasks, out, quiet=ctx.quiet, registry=ctx.registry)
+        return Outcome({"episodes": r.episodes, "output": str(out)}, format_summary(r))
+
+
+STAGE = SimulateStage()
