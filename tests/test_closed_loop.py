@@ -185,14 +185,14 @@ def _config(arm: str | None, seed: int, sets: list[str]):
 def test_cycle_config_and_sets():
     """`--set` means what it means to `rlcycle cycle --set`: a dotted key of a stage table, or a
     top-level key, resolved by rlcycle.config over the experiment's defaults."""
-    sets = ["train.lr=1e-4", "eval.max_tasks=5", 'simulate.run_id="x"', "reward_spec=/r.toml"]
+    sets = ["train.lr=1e-4", "eval.max_tasks=5", "simulate.run_id=x", "reward_spec=/r.toml"]
     cfg = _config(None, 2, sets)
     assert cfg.source == "simulate" and cfg.tasks == "/t" and cfg.reward_spec == "/r.toml"
     assert cfg.run_dir == "/r/run" and cfg.registry_home == "/r/home"  # the arm's own registry, explicit
-    assert cfg.simulate["seed"] == 2 and cfg.simulate["episodes"] == 7 and cfg.simulate["run_id"] == "x"
-    assert cfg.train["lr"] == 1e-4 and cfg.eval["max_tasks"] == 5
-    assert cfg.train["max_steps"] > 1000  # epochs decide, not the cycle's 2-step demo cap
-    assert cfg.train["batch_size"] == 16 and cfg.eval["latency_noise_ms"] == 10000.0  # the experiment's own
+    assert cfg.simulate.seed == 2 and cfg.simulate.episodes == 7 and cfg.simulate.run_id == "x"
+    assert cfg.train.lr == 1e-4 and cfg.eval.max_tasks == 5
+    assert cfg.train.max_steps > 1000  # epochs decide, not a step cap
+    assert cfg.train.batch_size == 16 and cfg.eval.latency_noise_ms == 10000.0  # the experiment's own sizes
     # every unknown key at once, exit 2 (InputError), naming where it came from
     with pytest.raises(InputError) as e:
         _config(None, 2, ["bogus=1", "sourse=logs"])
@@ -202,11 +202,11 @@ def test_cycle_config_and_sets():
 def test_arms_differ_only_in_their_distill_switch():
     configs = {arm: _config(arm, 5, ["train.lr=1e-4"]) for arm in ("treatment", "control", "naive")}
     t, c, n = (configs[a] for a in ("treatment", "control", "naive"))
-    assert t.distill == {}
-    assert c.distill == {"permute_rewards": True, "permute_seed": 5}  # a fresh shuffle per cycle
-    assert n.distill == {"discard_invalid": True}
-    for cfg in (t, c, n):
-        cfg.distill = {}
+    assert not t.distill.permute_rewards and not t.distill.discard_invalid
+    assert (c.distill.permute_rewards, c.distill.permute_seed) == (True, 5)  # a fresh shuffle per cycle
+    assert n.distill.discard_invalid and not n.distill.permute_rewards
+    for cfg in (c, n):
+        cfg.distill = t.distill
     assert t == c == n  # everything else identical: traffic seed, sessions, training
     # the same traffic seeds in every arm; the measure run's is fresh and the same too
     assert loop.seeds(1, 2) == [("cycle-1", 1001), ("cycle-2", 1002), ("measure", 1900)]
@@ -225,11 +225,11 @@ def test_plan_resolves_every_run_and_writes_nothing(tmp_path, capsys):
     assert runs[0] == ("v0", "measure", 3900)  # a chosen start: v0 measured on the measure traffic
     assert runs[1:4] == [("treatment", "cycle-1", 3001), ("treatment", "cycle-2", 3002), ("treatment", "measure", 3900)]
     control = [r["config"] for r in plan["runs"] if r["arm"] == "control"]
-    assert [c["distill"] for c in control] == [
-        {"permute_rewards": True, "permute_seed": 3001},
-        {"permute_rewards": True, "permute_seed": 3002},
-        {},  # the measure run: no switch
+    assert [(c["distill"]["permute_rewards"], c["distill"]["permute_seed"]) for c in control[:2]] == [
+        (True, 3001),
+        (True, 3002),
     ]
+    assert not control[2]["distill"]["permute_rewards"]  # the measure run: no switch
     assert all(r["config"]["train"]["lr"] == 1e-4 for r in plan["runs"])
     assert all(r["config"]["registry_home"] == str(out / r["arm"] / "home") for r in plan["runs"])
     assert not out.exists()

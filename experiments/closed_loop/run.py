@@ -65,6 +65,7 @@ from rlcycle.cli import options as opt  # noqa: E402
 from rlcycle.config import resolve, save_resolved  # noqa: E402
 from rlcycle.cycle import Cycle, CycleConfig  # noqa: E402
 from rlcycle.errors import EXIT_GATE_REFUSED, EXIT_INTERRUPTED, InputError, RlcycleError  # noqa: E402
+from rlcycle.stage import RunLayout  # noqa: E402
 
 # This experiment's cycle config under the user's (`rlcycle cycle --set` keys). Sized for minutes
 # on 2 busy cores with the tiny model: short completions, one pass of training over the collected
@@ -168,10 +169,11 @@ def share_first_cycle(src: Path, dst: Path) -> bool:
     """Copy the first arm's cycle-1 simulate and collect outputs into another arm's cycle-1:
     the same start on the same seed gives the same sessions, and the cycle's cache (keyed by the
     policy id, the tasks and the config) then skips recomputing them."""
-    if not (src / "collect" / "manifest.json").exists() or dst.exists():
+    a, b = RunLayout(src), RunLayout(dst)
+    if not a.manifest("collect").exists() or dst.exists():
         return False
     for stage in ("simulate", "collect"):
-        shutil.copytree(src / stage, dst / stage)
+        shutil.copytree(a.stage_dir(stage), b.stage_dir(stage))
     return True
 
 
@@ -273,9 +275,9 @@ def show_plan(o: dict[str, Any], out: Path, as_json: bool) -> None:
         return
     typer.echo(f"out {out}; start {start}; tasks {o['tasks']}")
     for r in runs:
-        switch = r["config"]["distill"]
+        switch = [s.format(seed=r["seed"]) for s in ARMS.get(r["arm"], [])] if r["run"] != MEASURE else []
         line = f"  {r['arm']}/{r['run']}: seed {r['seed']}, {r['config']['simulate']['episodes']} sessions"
-        typer.echo(line + (f", distill {switch}" if switch else ""))
+        typer.echo(line + (f", --set {' --set '.join(switch)}" if switch else ""))
     typer.echo("the first run's cycle config (the others differ in run_dir, seed, episodes and the arm's switch):")
     typer.echo(json.dumps(runs[0]["config"], indent=2, default=str))
 
