@@ -7,12 +7,19 @@ In:  a trajectories table (`pyarrow.Table` or polars frame; rlcycle/schema.py TR
      edit tool names.
 Out: `OnlineMetrics`: per version (ordered by first sample), each metric of METRICS as a
      `rlcycle.stats.Estimate`, the counts behind them, the newest complaints. `ab_differences`
-     gives version b minus version a per metric. The report, scripts/closed_loop.py and the
-     distill monitors all compute their per-version rates here, so they agree.
+     gives version b minus version a per metric (independent traffic), `paired_differences`
+     the same on matched sessions. The report, the closed-loop experiment
+     (experiments/closed_loop/) and the distill monitors all compute their per-version rates
+     here, so they agree.
 
 Two steps, so that distill (which has the episode facts already) shares the second:
   `episode_facts(traj, ...)`  one row per (version, episode): the sums and flags of EPISODE_FACTS
   `summarize(facts)`          per version and session the sums, then the estimators of stats.py
+
+Paired comparisons: when two versions served the same sessions (simulate writes a `pair_key`
+per sample that names the session independently of the policy: rlcycle/agent/events.py),
+`episode_facts(traj, ..., session_column=PAIR_COLUMN)` keys the facts by that pair key and
+`paired_differences` joins two versions' facts on it.
 
 The metrics (y / x, summed per session; sessions are the clusters, since one confused session
 emits several broken calls and several complaints):
@@ -49,6 +56,7 @@ NO_VERSION = "(none)"
 CLARIFY_TOOLS = ("ask_user",)
 EDIT_TOOLS = ("write_file", "apply_patch")
 TESTS_COLUMN = "tests_passed"
+PAIR_COLUMN = "pair_key"  # optional: the same session across policy versions (rlcycle/agent/events.py)
 Classifier = Callable[[pl.Series], pl.Series]
 
 
@@ -159,6 +167,7 @@ COLUMNS = (
     "latency_ms",
     "completion_ids",
     TESTS_COLUMN,
+    PAIR_COLUMN,
 )
 REQUIRED = ["policy_version"]  # the rest of COLUMNS may be absent (typed nulls)
 OPTIONAL = tuple(c for c in COLUMNS if c not in REQUIRED)
@@ -198,9 +207,9 @@ def ab_differences(a: dict[str, Estimate], b: dict[str, Estimate]) -> dict[str, 
 def paired_differences(a: pl.DataFrame, b: pl.DataFrame, level: float = stats.LEVEL) -> tuple[dict[str, Estimate], int]:
     """b − a per metric when two versions served the *same* sessions: `a` and `b` are
     EPISODE_FACTS frames of one version each whose `session` values name the same session on
-    both sides (the caller maps them to a shared key). Sessions that only one side served are
-    left out. Returns the differences (rlcycle.stats.paired_difference, kind "paired") and
-    the number of matched sessions."""
+    both sides: `episode_facts(..., session_column=PAIR_COLUMN)`. Sessions that only one side
+    served are left out. Returns the differences (rlcycle.stats.paired_difference, kind
+    "paired") and the number of matched sessions."""
     sa, sb = (_sessions(f).drop("version") for f in (a, b))
     j = sa.join(sb, on="session", how="inner", suffix="_b")
     out = {
@@ -236,6 +245,7 @@ _TYPES = {
     "latency_ms": pl.Float64,
     "completion_ids": pl.List(pl.Int32),
     TESTS_COLUMN: pl.Boolean,
+    PAIR_COLUMN: pl.String,
 }
 
 
@@ -253,8 +263,13 @@ def episode_facts(
     classify: Classifier | None = None,
     clarify_tools: Sequence[str] = CLARIFY_TOOLS,
     edit_tools: Sequence[str] = EDIT_TOOLS,
+    session_column: str = "session_id",
 ) -> pl.DataFrame:
-    """One row per (version, episode) with the columns of EPISODE_FACTS, in first-seen order."""
+    """One row per (version, episode) with the columns of EPISODE_FACTS, in first-seen order.
+    `session` is `session_column`'s value: the session id, or PAIR_COLUMN for a paired
+    comparison (a row without one falls back to its session id, which pairs with nothing)."""
+    if session_column not in ("session_id", PAIR_COLUMN):
+        raise ValueError(f"session_column={session_column!r}: session_id or {PAIR_COLUMN}")
     f = _frame(traj)
     call = pl.element().struct
     ok = call.field("status").eq("ok")
@@ -274,7 +289,7 @@ def episode_facts(
             version=C("policy_version").fill_null(NO_VERSION),
             episode=episode,
             order=row,
-            session_=pl.coalesce(C("session_id"), episode),
+            session_=pl.coalesce(C(session_column), C("session_id"), episode),
             asked_=asked.list.any().fill_null(False),
             edited_=edited.list.any().fill_null(False),
             invalid_=C("n_invalid_tool_calls").cast(pl.Int64).fill_null(recount).fill_null(0),

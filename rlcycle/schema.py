@@ -82,6 +82,7 @@ EVENTS = Contract(
         ("max_new_tokens", pa.int32()),  # extension: the sampler's per-call token limit
         ("greedy", pa.bool_()),  # extension: argmax decoding (the gateway at temperature 0)
         ("top_p", pa.float32()),  # extension: nucleus truncation the sampler applied (1 = none)
+        ("pair_key", pa.string()),  # extension: names the same session across policy versions
         ("call_id", pa.string()),
         ("status", pa.string()),
         ("error", pa.string()),
@@ -139,6 +140,7 @@ _TRAJECTORY_EXTENSIONS = (
     # greedy samples and top_p < 1 samples are left out of train's importance-corrected update.
     ("greedy", pa.bool_()),
     ("top_p", pa.float32()),
+    ("pair_key", pa.string()),  # the completion's `pair_key`: the same session across versions
 )
 TRAJECTORIES = Contract(
     "trajectories",

@@ -4,7 +4,7 @@ What it measures (issue #8, item 8), each through the real CLI in a subprocess
 (`python -m rlcycle cycle --config demo --run-dir RUN --json`), in a fresh RLCYCLE_HOME and run directory
 under a temp dir, with the packaged demo config (rlcycle/configs/demo.toml, source=simulate: the
 tiny default model on the bundled task suite, 16 sessions; the demo's quick train and eval; the experiment script,
-rlcycle/closed_loop.py, prints the same per-stage seconds for the stand-in loop):
+experiments/closed_loop/run.py, prints the same per-stage seconds for the stand-in loop):
 - the first cycle: each stage's seconds (from the cycle's own JSON), plus what happens before
   the first stage (interpreter start, imports, lock, bootstrapping the tiny model into the
   empty registry) as "startup + bootstrap", and the process's wall time;

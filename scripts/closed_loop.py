@@ -1,20 +1,18 @@
-"""Closed loop: `rlcycle cycle` N times in a row on simulated users, then the online A/B table.
+"""Moved: the closed-loop experiment is experiments/closed_loop/run.py (docs/closed_loop.md).
 
-A thin caller of rlcycle/closed_loop.py (what it does, the metrics, the output: see there and
-docs/closed_loop.md).
+This pointer runs it with the same arguments, so old command lines keep working:
 
-    .venv/bin/python scripts/closed_loop.py                          # 3 cycles, ~8 min, 2 cores
-    .venv/bin/python scripts/closed_loop.py --cycles 5 --episodes 84 --out runs/closed_loop5
-    .venv/bin/python scripts/closed_loop.py --warm-start --out runs/closed_loop_warm
-    .venv/bin/python scripts/closed_loop.py --out runs/closed_loop --report-only --json
-    .venv/bin/python scripts/closed_loop.py --set train.lr=1e-4 --set eval.max_tasks=20
+    .venv/bin/python experiments/closed_loop/run.py --help
 """
 
 from __future__ import annotations
 
+import runpy
 import sys
-
-from rlcycle.closed_loop import main
+from pathlib import Path
 
 if __name__ == "__main__":
-    sys.exit(main())
+    program = Path(__file__).resolve().parent.parent / "experiments" / "closed_loop" / "run.py"
+    print(f"scripts/closed_loop.py moved: running {program}", file=sys.stderr)
+    sys.argv[0] = str(program)
+    runpy.run_path(str(program), run_name="__main__")

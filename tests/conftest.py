@@ -15,6 +15,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "sample_data"
+if str(REPO) not in sys.path:  # experiments/ lives outside the package: the tests that drive it import it from here
+    sys.path.insert(0, str(REPO))
 
 
 @pytest.fixture(autouse=True)

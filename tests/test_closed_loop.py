@@ -1,20 +1,24 @@
-"""The closed loop (rlcycle/closed_loop.py, behind scripts/closed_loop.py): two simulate-sourced
-cycles through the real CLI stay on-policy, and the A/B metrics are the right numbers on a
-hand-made trajectories table."""
+"""The closed-loop experiment (experiments/closed_loop/run.py): two simulate-sourced cycles run
+in-process with their own registry home stay on-policy, and the A/B metrics are the right
+numbers on a hand-made trajectories table."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+from pathlib import Path
 
 import polars as pl
 import pytest
 
-from rlcycle import closed_loop as loop
+from experiments.closed_loop import run as loop
+from experiments.closed_loop.report import ab_cells, loop_metrics
 from rlcycle import stats
-from rlcycle.closed_loop import REPO
-from rlcycle.report import ab, paired
-from rlcycle.report.closed_loop import ab_cells, loop_metrics
+from rlcycle.errors import InputError
+from rlcycle.report import ab
+
+REPO = Path(__file__).resolve().parent.parent
 
 # --- the metrics, by hand ---------------------------------------------------------------------
 
@@ -174,47 +178,68 @@ def test_paired_online_differences_join_on_the_session():
     assert diffs["invalid_per_sample"].value == pytest.approx(0 - 0.5)
 
 
-def test_cycle_config_and_sets():
-    import tomllib
+def _config(arm: str | None, seed: int, sets: list[str]):
+    return loop.cycle_config(Path("/r/run"), Path("/r/home"), arm, seed, 7, "/t", False, sets)
 
-    sets = loop.parse_sets(
-        ["train.lr=1e-4", "eval.max_tasks=5", 'simulate.runner.run_id="x"', 'cycle.reward_spec="/r.toml"']
-    )
-    assert sets == {
-        "train.lr": 1e-4,
-        "eval.max_tasks": 5,
-        "simulate.runner.run_id": "x",
-        "cycle.reward_spec": "/r.toml",
-    }
-    cfg = tomllib.loads(loop.cycle_toml(2, 7, "/t", sets))["cycle"]
-    assert cfg["source"] == "simulate" and cfg["tasks"] == "/t" and cfg["reward_spec"] == "/r.toml"
-    assert cfg["simulate"]["seed"] == 2 and cfg["simulate"]["episodes"] == 7
-    assert cfg["train"]["lr"] == 1e-4 and cfg["eval"]["max_tasks"] == 5
-    assert cfg["train"]["max_steps"] > 1000  # epochs decide, not the cycle's 2-step demo cap
+
+def test_cycle_config_and_sets():
+    """`--set` means what it means to `rlcycle cycle --set`: a dotted key of a stage table, or a
+    top-level key, resolved by rlcycle.config over the experiment's defaults."""
+    sets = ["train.lr=1e-4", "eval.max_tasks=5", "simulate.runner.run_id=x", "reward_spec=/r.toml"]
+    cfg = _config(None, 2, sets)
+    assert cfg.source == "simulate" and cfg.tasks == "/t" and cfg.reward_spec == "/r.toml"
+    assert cfg.run_dir == "/r/run" and cfg.registry_home == "/r/home"  # the arm's own registry, explicit
+    assert cfg.simulate.seed == 2 and cfg.simulate.episodes == 7 and cfg.simulate.runner.run_id == "x"
+    assert cfg.train.lr == 1e-4 and cfg.eval.max_tasks == 5
+    assert cfg.train.max_steps > 1000  # epochs decide, not a step cap
+    assert cfg.train.batch_size == 16 and cfg.eval.latency_noise_ms == 10000.0  # the experiment's own sizes
+    # every unknown key at once, exit 2 (InputError), naming where it came from
+    with pytest.raises(InputError) as e:
+        _config(None, 2, ["bogus=1", "sourse=logs"])
+    assert "--set: unknown key 'bogus'" in e.value.message and "did you mean 'source'?" in e.value.message
 
 
 def test_arms_differ_only_in_their_distill_switch():
-    import tomllib
-
-    def distill(arm: str, seed: int) -> dict:
-        return tomllib.loads(loop.cycle_toml(seed, 7, "/t", loop.arm_overrides(arm, seed, {"train.lr": 1e-4})))["cycle"]
-
-    t, c, n = distill("treatment", 5), distill("control", 5), distill("naive", 5)
-    assert "distill" not in t
-    assert c.pop("distill") == {"permute_rewards": True, "permute_seed": 5}  # a fresh shuffle per cycle
-    assert n.pop("distill") == {"discard_invalid": True}
+    configs = {arm: _config(arm, 5, ["train.lr=1e-4"]) for arm in ("treatment", "control", "naive")}
+    t, c, n = (configs[a] for a in ("treatment", "control", "naive"))
+    assert not t.distill.permute_rewards and not t.distill.discard_invalid
+    assert (c.distill.permute_rewards, c.distill.permute_seed) == (True, 5)  # a fresh shuffle per cycle
+    assert n.distill.discard_invalid and not n.distill.permute_rewards
+    for cfg in (c, n):
+        cfg.distill = t.distill
     assert t == c == n  # everything else identical: traffic seed, sessions, training
     # the same traffic seeds in every arm; the measure run's is fresh and the same too
     assert loop.seeds(1, 2) == [("cycle-1", 1001), ("cycle-2", 1002), ("measure", 1900)]
-    with pytest.raises(SystemExit):
-        loop.main(["--arms", "treatment,bogus", "--report-only"])
+    assert loop.main(["--arms", "treatment,bogus", "--report-only"]) == 2
+    assert loop.main(["--arms", "treatment,bogus", "--out", "/nonexistent/x"]) == 2
+
+
+def test_plan_resolves_every_run_and_writes_nothing(tmp_path, capsys):
+    """--plan: each run's name, seed and resolved cycle config (the start need not exist yet:
+    edit_experiment.sh plans before it makes one); nothing is written."""
+    out = tmp_path / "exp"
+    args = ["--plan", "--json", "--cycles", "2", "--seed", "3", "--start", str(tmp_path / "later"), "--out", str(out)]
+    assert loop.main([*args, "--tasks", str(REPO / "sample_data" / "tasks"), "--set", "train.lr=1e-4"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    runs = [(r["arm"], r["run"], r["seed"]) for r in plan["runs"]]
+    assert runs[0] == ("v0", "measure", 3900)  # a chosen start: v0 measured on the measure traffic
+    assert runs[1:4] == [("treatment", "cycle-1", 3001), ("treatment", "cycle-2", 3002), ("treatment", "measure", 3900)]
+    control = [r["config"] for r in plan["runs"] if r["arm"] == "control"]
+    assert [(c["distill"]["permute_rewards"], c["distill"]["permute_seed"]) for c in control[:2]] == [
+        (True, 3001),
+        (True, 3002),
+    ]
+    assert not control[2]["distill"]["permute_rewards"]  # the measure run: no switch
+    assert all(r["config"]["train"]["lr"] == 1e-4 for r in plan["runs"])
+    assert all(r["config"]["registry_home"] == str(out / r["arm"] / "home") for r in plan["runs"])
+    assert not out.exists()
 
 
 def test_user_verdict_is_the_hidden_tests_verdict():
     """tests_passed from the simulated user's follow-up: satisfied texts pass, complaints fail,
     anything else (a clarification answer, no follow-up) says nothing."""
+    from experiments.closed_loop.report import with_user_verdict
     from rlcycle.agent import user
-    from rlcycle.report.closed_loop import with_user_verdict
 
     texts = [user.SATISFIED[0], user.DISSATISFIED_FAILED[1], user.DISSATISFIED_NOTHING[0], user.ANNOYED[0], None]
     traj = pl.DataFrame({"policy_version": ["A"] * 5, "followup_text": texts})
@@ -245,9 +270,10 @@ TINY = [
 
 @pytest.mark.docker
 def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
-    """Two cycles from a start checkpoint: each serves what the last deployed; then the start
-    and the last version are measured on the same fresh sessions (OUT/v0/measure beside the
-    arm's measure run) and the report's differences against v0 are paired by session."""
+    """Two cycles from a start checkpoint, in this process, against the arm's own registry home:
+    each serves what the last deployed; then the start and the last version are measured on the
+    same fresh sessions (OUT/v0/measure beside the arm's measure run) and the report's
+    differences against v0 are paired by session (the pair_key column)."""
     start = tmp_path / "start"
     assert cli(["init-model", "-o", str(start)]).exit_code == 0
     root = tmp_path / "loop"
@@ -295,34 +321,39 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
     # v0 measured on the measure traffic: the same four sessions as the last version's
     record = json.loads((root / "runs.json").read_text())
     assert [c["name"] for c in record["v0"]["cycles"]] == ["measure"]
-    keys = [
-        pl.read_ipc(root / run / "measure" / "collect" / "trajectories.arrow")
-        .pipe(paired.pair_key)
-        .get_column("session_id")
-        .unique()
-        .sort()
-        .to_list()
-        for run in ("v0", "treatment")
-    ]
-    assert keys[0] == keys[1] and len(keys[0]) == 4  # the same sessions under other run prefixes
+    measured = [pl.read_ipc(root / run / "measure" / "collect" / "trajectories.arrow") for run in ("v0", "treatment")]
+    keys = [t.get_column("pair_key").unique().sort().to_list() for t in measured]
+    sessions = [set(t.get_column("session_id")) for t in measured]
+    assert keys[0] == keys[1] and len(keys[0]) == 4 and None not in keys[0]  # the same sessions ...
+    assert not sessions[0] & sessions[1]  # ... under other session ids (they name the run)
+    cycle1 = pl.read_ipc(out / "cycle-1" / "collect" / "trajectories.arrow").get_column("pair_key")
+    assert not set(cycle1) & set(keys[0])  # another traffic seed: other sessions, nothing to pair
     last = "/".join(experiment["last"]["treatment"])
     assert experiment["paired"] == {last.replace("/", " "): 4}
     assert experiment["vs_v0"][last]["tests_pass_rate"]["diff"]["kind"] == "paired"
     assert (root / "report.txt").read_text().startswith("Experiment: arms treatment")
-    # the HTML's online section: the measure runs only, its A/B paired as the text report's
-    assert json.loads((root / "report" / "comparisons.json").read_text()) == {"pairs": [["v0", last]], "paired": True}
-    html_traj = pl.read_ipc(root / "report" / "collect" / "trajectories.arrow")
-    sessions = html_traj.group_by("policy_version").agg(pl.col("session_id").n_unique()).sort("policy_version")
-    assert sessions.rows() == [(last, 4), ("v0", 4)]
-    page = (root / "report" / "report.html").read_text()
-    assert "Paired by session" in page and "matched sessions (" + last + " − v0: 4)" in page
+    # the arm's registry home holds what it deployed; the process's RLCYCLE_HOME is untouched
+    from rlcycle.policy.registry import Registry
+
+    deployed = second["deployed"] or first["deployed"]
+    assert Registry(root / "treatment" / "home" / "registry").aliases()["production"] == deployed
+    assert not (Path(os.environ["RLCYCLE_HOME"]) / "registry").exists()
+    # the HTML: `rlcycle report` of the real run directories, v0's measure run first; its A/B
+    # paired by session as the text report's
+    last_id = next(v["id"] for v in report["versions"] if v["label"] == experiment["last"]["treatment"][1])
+    assert experiment["html"]["command"] == (
+        f"rlcycle report {root / 'v0' / 'measure'} {out / 'measure'} -o {root / 'report.html'}"
+    )
+    page = (root / "report.html").read_text()
+    assert "Paired by session" in page and f"matched sessions ({last_id} − {v0}: 4)" in page
+    assert not (root / "report").exists()  # no fabricated run directory
 
 
 @pytest.mark.docker
 def test_user_verdict_matches_simulates_pass_count(cli, tmp_path, docker_client):
     """The hidden-test pass rate the experiment reports (the simulated user's verdict) is
     simulate's own graded pass count, session by session."""
-    from rlcycle.report.closed_loop import with_user_verdict
+    from experiments.closed_loop.report import with_user_verdict
 
     events, traj = tmp_path / "ev.jsonl", tmp_path / "traj.arrow"
     r = cli(

@@ -42,6 +42,21 @@ def test_joins_every_signal(cli, tmp_path):
     assert schema.validate(pa.ipc.open_file(str(out)).schema, schema.TRAJECTORIES) == []
 
 
+def test_pair_key_is_carried_per_sample_and_null_without_one(cli, tmp_path):
+    """A completion's optional `pair_key` (simulate writes one: the same session across
+    versions) becomes the sample's `pair_key`; a log without one gives nulls, no error."""
+    keyed = episode("ep1", session="s1", turns=2)
+    for e in keyed:
+        if e["type"] == "completion":
+            e["pair_key"] = "s900-task-a0"
+    src = write_jsonl(tmp_path / "ev.jsonl", keyed + episode("ep2", session="s2", turns=1))
+    out = tmp_path / "t.arrow"
+    assert collect(cli, src, "-o", out).exit_code == 0
+    df = pl.read_ipc(out).sort("episode_id", "turn")
+    assert df.get_column("pair_key").to_list() == ["s900-task-a0", "s900-task-a0", None]
+    assert schema.validate(pa.ipc.open_file(str(out)).schema, schema.TRAJECTORIES) == []
+
+
 def test_outputs_read_back_by_polars_and_duckdb(cli, tmp_path):
     src = write_jsonl(tmp_path / "ev.jsonl", many(6))
     out = tmp_path / "t.arrow"

@@ -6,6 +6,9 @@ one, never a higher one; a stage never imports another stage; the ground floor i
 of rlcycle's but the ground floor. Imports inside functions count too: an import moved into a
 function to dodge a circle is still a circle. Checked over the source with `ast`, so the test
 needs nothing installed and sees every import, taken or not.
+
+Above the package: experiments/ (e.g. experiments/closed_loop/) imports rlcycle; rlcycle never
+imports experiments/ (a wheel does not ship it).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ FLOORS: dict[str, int] = {
     "__main__": 5,
     "cycle": 4,
     "report": 4,
-    "closed_loop": 4,
     "gateway": 4,
     "collect": 3,
     "distill": 3,
@@ -126,6 +128,37 @@ def test_every_part_of_rlcycle_has_a_floor():
 def test_imports_point_down():
     problems = layer_problems()
     assert not problems, "\n".join(problems)
+
+
+def experiment_imports(pkg: Path = PKG) -> list[str]:
+    """file:line of every import of `experiments` (the programs outside the package) under `pkg`."""
+    found = []
+    for path in _sources(pkg):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            if any(n == "experiments" or n.startswith("experiments.") for n in names):
+                found.append(f"{path.relative_to(pkg.parent)}:{node.lineno}")
+    return found
+
+
+def test_the_package_never_imports_the_experiments():
+    found = experiment_imports()
+    assert not found, "rlcycle imports experiments/ (outside the package): " + ", ".join(found)
+    assert (PKG.parent / "experiments" / "closed_loop" / "run.py").exists()  # the checker has something to guard
+
+
+def test_the_experiment_checker_sees_an_import(tmp_path):
+    pkg = _fake_package(
+        tmp_path,
+        {"rlcycle/__init__.py": "", "rlcycle/report/x.py": "def f():\n    from experiments.closed_loop import run\n"},
+    )
+    assert experiment_imports(pkg) == ["rlcycle/report/x.py:2"]
 
 
 def test_no_import_circles():

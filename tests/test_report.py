@@ -370,11 +370,12 @@ def test_dissatisfied_rate_matches_the_distill_monitors(tmp_path):
 
 
 def test_report_and_closed_loop_print_the_same_numbers(tmp_path):
-    """The closed-loop table and `rlcycle report` on one run: the same estimates, printed alike."""
+    """The closed-loop experiment's table (experiments/closed_loop/report.py) and `rlcycle report`
+    on one run: the same estimates, printed alike."""
+    from experiments.closed_loop.report import SHOWN, build_report, render
     from rlcycle.online import METRICS
     from rlcycle.report import ab
     from rlcycle.report import online as online_section
-    from rlcycle.report.closed_loop import SHOWN, build_report, render
     from rlcycle.report.load import RunDir
     from rlcycle.report.metrics import run_online_metrics
 
@@ -394,3 +395,53 @@ def test_report_and_closed_loop_print_the_same_numbers(tmp_path):
             assert printed in text and printed in html, (v, name, printed)
             compared += 1
     assert compared >= 10
+
+
+# --- several run directories: the online section compares their versions ---------------------
+
+
+def _measure_run(root: Path, name: str, version: str, keys: list[str | None], kept: list[int], start: int) -> Path:
+    """A run dir whose collect served `version` one session per key, an edit of 10 lines each."""
+    run = root / name
+    (run / "collect").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"base": "production", "base_path": "/x", "base_id": version}))
+    rows = []
+    for i, (key, k) in enumerate(zip(keys, kept, strict=True)):
+        turn = {"tool_calls": [call("write_file")], "edit_lines_proposed": 10, "edit_lines_surviving": k}
+        rows += episode(
+            f"{name}-e{i}",
+            [turn],
+            start=start + i * 60_000,
+            policy_version=version,
+            session_id=f"{name}-s{i}",
+            pair_key=key,
+        )
+    write_trajectories(run / "collect/trajectories.arrow", rows)
+    return run
+
+
+def test_more_run_dirs_compare_their_versions_paired_by_pair_key(cli, tmp_path):
+    """`rlcycle report A B C`: the online section holds every run's versions in run order; B
+    served A's sessions (the same pair keys, other session ids): its difference is paired; C's
+    samples carry no pair key: independent. The other sections are A's."""
+    keys = [f"s900-task{i}-a0" for i in range(6)]
+    a = _measure_run(tmp_path, "a", "pa", keys, [2, 9, 4, 8, 1, 6], start=T0 + 3_600_000)  # later clock than B's
+    b = _measure_run(tmp_path, "b", "pb", keys, [3, 10, 6, 9, 3, 7], start=T0)
+    c = _measure_run(tmp_path, "c", "pc", [None] * 6, [3, 10, 6, 9, 3, 7], start=T0)
+    out = tmp_path / "cmp.html"
+    r = cli(["report", a, b, c, "-o", out, "--json"])
+    assert r.exit_code == 0, r.error
+    page = Page(out.read_text())
+    online = page.sections["online"]["text"]
+    assert (
+        "pb − pa" in online and "pc − pa" in online and "pa − pb" not in online
+    )  # the first run's version is the base
+    assert "Paired by session" in online and "matched sessions (pb − pa: 6)" in online
+    assert "pc − pa:" not in online  # no pair keys: the independent difference
+    assert online.index("pa: estimate") < online.index("pb: estimate") < online.index("pc: estimate")
+    assert str(a.resolve()) in page.sections["run"]["text"] and str(b.resolve()) not in page.sections["run"]["text"]
+    # one run directory: unchanged (its versions against its first, no pairing without keys)
+    assert cli(["report", b, "-o", tmp_path / "b.html"]).exit_code == 0
+    # every path is checked: a missing later run dir is a usage error naming it
+    r = cli(["report", a, tmp_path / "nope"])
+    assert r.exit_code == 2 and "nope" in r.error

@@ -6,7 +6,7 @@ What comes out: event dicts (one JSON object per line of an events log), in caus
 
     completion   episode_id, sample_id, turn, policy_version, prompt_ids, completion_ids,
                  completion_logprobs, completion_text, tool_calls, latency_ms, temperature,
-                 max_new_tokens, loss_mask (optional extensions, see below)
+                 max_new_tokens, pair_key, loss_mask (optional extensions, see below)
     tool_result  sample_id, call_id, status (ok/error/invalid/timeout), error, duration_ms
     user_message episode_id (the episode it follows), text
     edit_outcome sample_id, call_id, lines_proposed, lines_surviving, observed_after_s
@@ -24,6 +24,12 @@ dropped by `event_id`, so a rerun cannot double-count):
     call_id     {sample_id}-c{i}         i = index of the call in the completion
     event_id    {sample_id}-completion, {call_id}-result, {call_id}-outcome,
                 {episode_id}-user, {episode_id}-feedback
+
+`pair_key` names the session independently of the policy: `s{seed}-{task_id}-a{attempt}` (the
+traffic seed, the task, the attempt). Two runs with the same seed and tasks serve sessions with
+the same pair keys to whatever policy they run: the same task, simulated user and sampling
+seeds, so a comparison of two versions can pair them session by session (rlcycle.online
+`paired_differences`) without parsing ids; the session id differs, since it names the run.
 
 `max_new_tokens` is the runner's per-call token limit (its config's `max_new_tokens`): train's
 Dr. GRPO divides by it (docs/train.md). `loss_mask` is the harness Transcript's mask over `completion_ids`. Every completion id was
@@ -76,6 +82,7 @@ class SessionLog:
     clock: SimClock
     temperature: float
     max_new_tokens: int | None = None  # the sampler's per-call limit (Dr. GRPO's M in train)
+    pair_key: str | None = None  # the same session across runs and policy versions (see the docstring)
     events: list[dict[str, Any]] = field(default_factory=list)
     episode: int = 0  # index of the current episode (user request) in the session
     turn: int = 0  # index of the next sample in the current episode
@@ -129,6 +136,7 @@ class SessionLog:
             latency_ms=round(float(latency_ms), 3),
             temperature=self.temperature,
             max_new_tokens=self.max_new_tokens,
+            **({"pair_key": self.pair_key} if self.pair_key is not None else {}),
             loss_mask=list(loss_mask),
         )
         self.turn += 1

@@ -186,7 +186,12 @@ class _Session:
         start = c.start_ms + self.index * c.config.session_gap_s * 1000.0
         sid = f"{c.run_id}-{self.task.id}-a{self.attempt}"
         self.log = SessionLog(
-            sid, c.policy_name, SimClock(start), c.config.temperature, max_new_tokens=c.config.max_new_tokens
+            sid,
+            c.policy_name,
+            SimClock(start),
+            c.config.temperature,
+            max_new_tokens=c.config.max_new_tokens,
+            pair_key=f"s{c.seed}-{self.task.id}-a{self.attempt}",
         )
         self.turns = self.n_calls = self.n_invalid = self.tokens = self.clarifications = 0
         self.latency_ms = 0.0

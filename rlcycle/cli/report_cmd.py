@@ -22,11 +22,16 @@ def register(app: typer.Typer) -> None:
             "Examples:\n\n"
             "  rlcycle report runs/cycle\n\n"
             "  rlcycle report runs/2026-12-02-10 -o latest.html --json\n\n"
-            "  rlcycle report runs/cycle -o - | gzip > report.html.gz"
+            "  rlcycle report runs/cycle -o - | gzip > report.html.gz\n\n"
+            "More run directories after the first add their trajectories to the online section "
+            "(each of their policy versions against the first run's; paired by session where "
+            "they served the same sessions); the other sections are the first run's:\n\n"
+            "  rlcycle report runs/exp/v0/measure runs/exp/treatment/measure -o runs/exp/report.html"
         ),
     )
     def report(
         run_dir: str = typer.Argument(..., help="A run directory written by `rlcycle cycle --run-dir`."),
+        more: list[str] = typer.Argument(None, help="More run directories for the online section."),
         output: str = typer.Option(
             None, "--output", "-o", help="Where to write the HTML (default RUN_DIR/report.html); - for stdout."
         ),
@@ -37,9 +42,9 @@ def register(app: typer.Typer) -> None:
         if output == "-":  # the page itself is the result
             if as_json:
                 raise InputError("--json and -o - both want stdout", hint="pass -o FILE with --json")
-            sys.stdout.write(stage.render(run_dir)[0])
+            sys.stdout.write(stage.render(run_dir, more or ())[0])
             return
-        result = stage.run(run_dir, output)
+        result = stage.run(run_dir, output, more or ())
         if as_json:
             opt.emit_json(result.as_dict())
             return

@@ -39,6 +39,7 @@ JSON_SCHEMA: dict[str, pl.DataType] = {
     "max_new_tokens": pl.Int64,
     "greedy": pl.Boolean,
     "top_p": pl.Float64,
+    "pair_key": pl.String,
     "call_id": pl.String,
     "status": pl.String,
     "error": pl.String,

@@ -59,6 +59,7 @@ def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
         pl.col("max_new_tokens").cast(pl.Int32),
         pl.col("greedy").cast(pl.Boolean),
         pl.col("top_p").cast(pl.Float32),
+        "pair_key",
     )
     n = comp.height
     # Two completion events for one sample_id (distinct event ids) is a logging bug upstream:
@@ -261,4 +262,5 @@ def _finish(comp: pl.DataFrame) -> pl.DataFrame:
         "max_new_tokens",
         "greedy",
         "top_p",
+        "pair_key",
     )

@@ -288,6 +288,7 @@ _KEEP = [
     "max_new_tokens",
     "greedy",
     "top_p",
+    "pair_key",
     "call_id",
     "status",
     "error",

@@ -84,7 +84,7 @@ class DistillConfig:
     monitor_abs: float = cfg(0.01, help="A rate moved between versions when it changed by at least this (absolute) ...")
     monitor_rel: float = cfg(0.25, help="... and by at least this share of its old value.")
     monitor_min_episodes: int = cfg(20, help="Versions with fewer episodes are reported but not compared.")
-    # Experiment switches (rlcycle/closed_loop.py's arms; docs/closed_loop.md). Off in production.
+    # Experiment switches (the arms of experiments/closed_loop/run.py; docs/closed_loop.md). Off in production.
     permute_rewards: bool = cfg(
         False,
         help="Control arm: shuffle reward and reward_parts (together) among the samples that have a completion, before advantages: the same rewards, no link to behaviour.",

@@ -8,6 +8,10 @@ Out: `RUN_DIR/report.html` (or `out`), written atomically: inline CSS and SVG ch
 
     rlcycle report runs/cycle                       # writes runs/cycle/report.html
     rlcycle report runs/2026-12-02-10 -o /srv/www/latest.html --json
+    rlcycle report runs/exp/v0/measure runs/exp/treatment/measure -o runs/exp/report.html
+
+More run directories after the first add their trajectories to the online section, to compare
+their policy versions with the first run's (online.py); every other section is the first run's.
 
 Sections, in the order the data flows:
     run        run dir, base checkpoint, candidate, decision, stage timings (manifests)
@@ -24,6 +28,7 @@ Every text that comes from the data is HTML-escaped (a follow-up message is user
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -48,12 +53,14 @@ class ReportResult:
         return {"report": self.report, "sections": self.sections}
 
 
-def render(run_dir: str | Path) -> tuple[str, list[Section]]:
-    """The HTML of a run directory's report, and its sections (nothing is written)."""
+def render(run_dir: str | Path, more: Sequence[str | Path] = ()) -> tuple[str, list[Section]]:
+    """The HTML of a run directory's report, and its sections (nothing is written); `more`: run
+    directories whose trajectories the online section adds (module docstring)."""
     run = RunDir(run_dir)
-    sections = [build(run) for build in BUILDERS]
+    others = [RunDir(p) for p in more]
+    sections = [online.build(run, others) if build is online.build else build(run) for build in BUILDERS]
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    name = run.path.resolve().name
+    name = run.path.resolve().name + (f" (+ {len(others)} run{'s' if len(others) > 1 else ''})" if others else "")
     html = page(
         f"rlcycle report: {name}",
         f"rlcycle report — {name}",
@@ -63,9 +70,10 @@ def render(run_dir: str | Path) -> tuple[str, list[Section]]:
     return html, sections
 
 
-def run(run_dir: str | Path, out: str | Path | None = None) -> ReportResult:
-    """Render the report of `run_dir` and write it atomically to `out` (default RUN_DIR/report.html)."""
-    html, sections = render(run_dir)
+def run(run_dir: str | Path, out: str | Path | None = None, more: Sequence[str | Path] = ()) -> ReportResult:
+    """Render the report of `run_dir` (and `more`) and write it atomically to `out` (default
+    RUN_DIR/report.html)."""
+    html, sections = render(run_dir, more)
     target = Path(out) if out is not None else Path(run_dir) / REPORT_NAME
     rio.atomic_write_text(target, html)
     return ReportResult(str(target), [s.summary() for s in sections])

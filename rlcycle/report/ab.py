@@ -8,11 +8,12 @@ Out: `{key: {metric: Cell}}` for every key but the baseline: the difference key 
        changed               the CI excludes 0, the metric has no better direction
        no change detected    the CI covers 0
        n/a                   no difference or no interval (a side without data or one session)
-Plus plain-text rendering of both tables, for scripts.
+Plus `fmt`/`number`: one way to print an estimate, in the HTML report and in the closed-loop
+experiment's text (experiments/closed_loop/text.py).
 
 Row keys are any hashable; an experiment with arms uses `(arm, version)` tuples:
 
-    rows = keyed("treatment", online_metrics(treated)) | keyed("control", online_metrics(control))
+    rows = {("treatment", v): treated.metrics[v] for v in treated.versions} | {("control", v0): ...}
     cells = ab_table(rows, baseline=("control", v0), names=list(METRICS))
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rlcycle.online import METRICS, OnlineMetrics
+from rlcycle.online import METRICS
 from rlcycle.stats import Estimate, difference
 
 
@@ -29,11 +30,6 @@ from rlcycle.stats import Estimate, difference
 class Cell:
     diff: Estimate
     call: str
-
-
-def keyed(arm: str, m: OnlineMetrics) -> dict[tuple[str, str], dict[str, Estimate]]:
-    """`m`'s metrics keyed by (arm, version), in version order."""
-    return {(arm, v): m.metrics[v] for v in m.versions}
 
 
 def call(d: Estimate, direction: int) -> str:
@@ -93,47 +89,3 @@ def fmt(e: Estimate, unit: str, signed: bool = False) -> str:
     if e.low is None or e.high is None:
         return text + " [no CI]"
     return text + f" [{number(e.low, unit, signed)}, {number(e.high, unit, signed)}]"
-
-
-def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Plain-text columns: the first left-aligned, the rest right-aligned, two spaces apart."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return [
-        "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-        for r in [header, *rows]
-    ]
-
-
-def metrics_lines(
-    rows: Mapping[Hashable, Mapping[str, Estimate]],
-    labels: Mapping[Hashable, str],
-    names: Mapping[str, tuple[str, str]],
-    extra: Sequence[Sequence[str]] = (),
-) -> list[str]:
-    """One line per metric (`names`: metric -> (label, unit)), one column per row key (`labels`
-    order), then the `extra` rows (e.g. counts)."""
-    body = [
-        [label, *(fmt(rows[k][m], unit) if m in rows[k] else "n/a" for k in labels)]
-        for m, (label, unit) in names.items()
-    ]
-    return text_table(["metric", *labels.values()], [*body, *extra])
-
-
-def ab_lines(
-    cells: Mapping[Hashable, Mapping[str, Cell]],
-    labels: Mapping[Hashable, str],
-    baseline_label: str,
-    names: Mapping[str, tuple[str, str]],
-) -> list[str]:
-    """One line per metric, one column per compared row: the difference [CI] and its call."""
-
-    def cell(c: Cell, unit: str) -> str:
-        text = fmt(c.diff, unit, signed=True)
-        return text if c.call == "n/a" else f"{text} {c.call}"
-
-    keys = [k for k in labels if k in cells]
-    body = [
-        [label, *(cell(cells[k][m], unit) if m in cells[k] else "n/a" for k in keys)]
-        for m, (label, unit) in names.items()
-    ]
-    return text_table(["metric", *(f"{labels[k]} - {baseline_label}" for k in keys)], body)

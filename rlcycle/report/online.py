@@ -5,29 +5,44 @@ intervals are in rlcycle/stats.py), with the follow-up classifier distill used (
 Metrics the input cannot measure (no `tests_passed` column, say) are left out, with a note.
 
 With two versions or more, an A/B table: each version minus the first (report/ab.py, the same
-differences and calls as the closed-loop script), or the pairs of `RUN_DIR/comparisons.json`
-(`{"pairs": [[baseline, version], ...]}`; rlcycle/report/experiment.py writes one with each arm's
-last version vs v0 and vs control's).
+differences and calls as the closed-loop experiment's text report), or the pairs of
+`RUN_DIR/comparisons.json` (`{"pairs": [[baseline, version], ...]}`). A difference is paired by
+session (rlcycle.online.paired_differences) when every sample of both versions carries a
+`pair_key` and they share some: the same sessions served to both (rlcycle/agent/events.py);
+otherwise the traffic is independent (rlcycle.stats.difference).
+
+More run directories (`rlcycle report RUN_DIR MORE...`, e.g. the closed-loop experiment's
+measure runs) add their trajectories: versions are ordered by run, and each version is compared
+with the first run's first version.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from rlcycle.online import METRICS, OPTIONAL, REQUIRED, OnlineMetrics
-from rlcycle.report import ab, metrics, paired, svg
-from rlcycle.report.load import RunDir
+import polars as pl
+
+from rlcycle import online
+from rlcycle.online import METRICS, OPTIONAL, PAIR_COLUMN, REQUIRED, OnlineMetrics
+from rlcycle.report import ab, metrics, svg
+from rlcycle.report.load import RunDir, Unavailable
 from rlcycle.report.page import Raw, Section, charts, esc, join, section, table, tag
 from rlcycle.stats import Estimate
 
 
-def build(run: RunDir) -> Section:
-    return section("online", "Online metrics by policy version", (_body, (run,)))
+def build(run: RunDir, more: Sequence[RunDir] = ()) -> Section:
+    return section("online", "Online metrics by policy version", (_body, (run, tuple(more))))
 
 
-def _body(run: RunDir) -> Raw:
-    m, scoring = metrics.run_online_metrics(run)
+def _body(run: RunDir, more: tuple[RunDir, ...] = ()) -> Raw:
+    if more:
+        m, scoring, traj, pairs = _runs_online_metrics(run, more)
+    else:
+        m, scoring = metrics.run_online_metrics(run)
+        traj = run.table("trajectories", REQUIRED, OPTIONAL)
+        pairs = comparisons(run, m.versions)
     shown = [name for name in METRICS if name not in m.absent]
     figures = [_chart(name, m) for name in shown]
     notes = [
@@ -43,7 +58,7 @@ def _body(run: RunDir) -> Raw:
         [
             charts(*figures),
             _table(m, shown),
-            _ab(run, m, shown, scoring),
+            _ab(traj, m, pairs, shown, scoring),
             *(tag("p", n, "note") for n in notes),
             _complaints(m),
         ]
@@ -87,34 +102,82 @@ def comparisons(run: RunDir, versions: list[str]) -> list[tuple[str, str]]:
     return [(versions[0], v) for v in versions[1:]]
 
 
-def is_paired(run: RunDir) -> bool:
-    """comparisons.json says the versions served the same sessions (the closed-loop experiment's
-    measure runs): session ids without their run prefix name the same session in each."""
-    path = run.path / "comparisons.json"
-    return path.exists() and bool(json.loads(path.read_text()).get("paired"))
+def _runs_online_metrics(
+    run: RunDir, more: tuple[RunDir, ...]
+) -> tuple[OnlineMetrics, metrics.Scoring, pl.DataFrame, list[tuple[str, str]]]:
+    """The online metrics over several runs' trajectories (classified as the first run's distill
+    did, else the first later run's that distilled), versions in run order, and the pairs: each
+    version against the first run's first version."""
+    frames: list[pl.DataFrame] = []
+    first_run: dict[str, int] = {}
+    for i, r in enumerate((run, *more)):
+        frame = r.table("trajectories", REQUIRED, OPTIONAL)
+        frames.append(frame)
+        for v in frame.get_column("policy_version").fill_null(online.NO_VERSION).unique(maintain_order=True):
+            first_run.setdefault(v, i)
+    traj = pl.concat(frames, how="diagonal_relaxed")
+    if traj.height == 0:
+        raise Unavailable("collect/trajectories.arrow has no rows in any of the runs")
+    distilled = next((r for r in (run, *more) if _has(r, "reward_report")), run)
+    scoring = metrics.run_scoring(distilled)
+    m = metrics.online_of(traj, scoring)
+    m.versions = sorted(m.versions, key=lambda v: first_run.get(v, len(more) + 1))  # stable: time order within a run
+    base = next((v for v in m.versions if first_run.get(v) == 0), None)
+    return m, scoring, traj, [(base, v) for v in m.versions if base is not None and v != base]
 
 
-def _ab(run: RunDir, m: OnlineMetrics, shown: list[str], scoring: metrics.Scoring) -> Raw:
-    """Differences with 95% CIs and their calls, one column per compared pair: independent
-    traffic (sessions as clusters), or paired by session when comparisons.json says so."""
-    pairs = comparisons(run, m.versions)
+def _has(run: RunDir, name: str) -> bool:
+    try:
+        run.file(name)
+    except Unavailable:
+        return False
+    return True
+
+
+def paired_cells(
+    traj: pl.DataFrame, scoring: metrics.Scoring, a: str, b: str, names: Sequence[str]
+) -> tuple[dict[str, ab.Cell], int] | None:
+    """b − a per metric of `names`, paired by session, when every sample of both versions
+    carries a pair key and they share some (the same sessions served to both); and how many
+    sessions were matched. None when they cannot be paired."""
+    sides = traj.filter(pl.col("policy_version").is_in([a, b]))
+    if PAIR_COLUMN not in sides.columns or sides.height == 0 or sides.get_column(PAIR_COLUMN).null_count():
+        return None
+    facts = online.episode_facts(
+        sides, scoring.classifier(), scoring.clarify_tools, scoring.edit_tools, session_column=PAIR_COLUMN
+    )
+    diffs, n = online.paired_differences(facts.filter(pl.col("version") == a), facts.filter(pl.col("version") == b))
+    if n == 0:
+        return None
+    return {k: ab.Cell(d, ab.call(d, METRICS[k].direction)) for k, d in diffs.items() if k in names}, n
+
+
+def _ab(
+    traj: pl.DataFrame, m: OnlineMetrics, pairs: list[tuple[str, str]], shown: list[str], scoring: metrics.Scoring
+) -> Raw:
+    """Differences with 95% CIs and their calls, one column per compared pair: paired by
+    session where both versions served the same sessions (pair keys), else independent
+    traffic (sessions as clusters)."""
     if not pairs:
         return Raw("")
     note = Raw("")
-    if is_paired(run):
-        traj = run.table("trajectories", REQUIRED, OPTIONAL)
-        done = {(a, b): paired.version_cells(traj, scoring, a, b, shown) for a, b in pairs}
-        cells = {pair: c for pair, (c, _) in done.items()}
-        matched = ", ".join(f"{b} − {a}: {n}" for (a, b), (_, n) in done.items())
+    cells: dict[tuple[str, str], dict[str, ab.Cell]] = {}
+    matched = []
+    for a, b in pairs:
+        found = paired_cells(traj, scoring, a, b, shown)
+        if found is None:
+            cells[(a, b)] = ab.ab_table({a: m.metrics[a], b: m.metrics[b]}, a, shown)[b]
+        else:
+            cells[(a, b)], n = found
+            matched.append(f"{b} − {a}: {n}")
+    if matched:
         note = tag(
             "p",
-            "Paired by session: every version served the same sessions (the same tasks, simulated "
-            f"users and sampling seeds), so each difference is over matched sessions ({matched}); "
-            "rlcycle.stats.paired_difference, as the experiment's text report.",
+            "Paired by session: these versions served the same sessions (the same pair keys: tasks, "
+            f"simulated users and sampling seeds), so each difference is over matched sessions "
+            f"({', '.join(matched)}); rlcycle.stats.paired_difference, as the experiment's text report.",
             "note",
         )
-    else:
-        cells = {(a, b): ab.ab_table({a: m.metrics[a], b: m.metrics[b]}, a, shown)[b] for a, b in pairs}
     rows = []
     for name in shown:
         spec = METRICS[name]

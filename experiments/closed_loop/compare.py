@@ -1,53 +1,62 @@
-"""The experiment report: the arms of rlcycle/closed_loop.py side by side, and "did it learn".
+"""The experiment across arms: v0 and every arm's last version side by side, and "did it learn".
 
-In:  `OUT` and its `runs.json` record (per arm the runs of rlcycle/closed_loop.py's `run_arm`).
-Out: `build_experiment` -> a dict: each arm's own report (rlcycle/report/closed_loop.py
-     `build_report`), the online metrics of v0 (the shared start) and of every arm's last
-     version, each last version minus v0, every arm's last version minus control's, the verdict,
-     and seconds per stage; `render_experiment` -> its plain text; `write_report_dir` ->
-     `OUT/report/`, a run directory (collect/trajectories.arrow with `policy_version` =
-     `v0` or `<arm>/<label>`, comparisons.json) whose online section `rlcycle report` draws,
-     and its `report.html`.
+In:  `OUT` and its `runs.json` record (per arm the runs of run.py's `run_arm`).
+Out: `build_experiment` -> a dict: each arm's own report (report.py `build_report`), the online
+     metrics of v0 (the shared start) and of every arm's last version, each last version minus
+     v0, every arm's last version minus control's, the verdict, and seconds per stage;
+     `render_experiment` -> its plain text; `write_html` -> OUT/report.html, `rlcycle report`
+     of the real run directories (the v0 run first, then each arm's measure run).
 
 The verdict "did the loop learn" (issue #11): YES when treatment's last version beats v0 *and*
 control's last version on the hidden-test pass rate or on edit persistence (LEARN_METRICS),
 each with a 95% CI that excludes 0, and control's last version beats v0 on neither. Every
-difference is rlcycle.stats.difference via report/ab.py (independent traffic: the versions were
-measured on different sessions; sessions are the clusters), except with a v0 measure run
-(`OUT/v0/measure`, the start served on the measure traffic): then every row is its version on
-the measure traffic alone, and each difference is paired by session (rlcycle/report/paired.py),
-since all of them served the same sessions.
+difference is rlcycle.stats.difference via rlcycle/report/ab.py (independent traffic: the
+versions were measured on different sessions; sessions are the clusters), except with a v0
+measure run (`OUT/v0/measure`, the start served on the measure traffic): then every row is its
+version on the measure traffic alone, and each difference is paired by session.
+
+Why paired: the measure runs of v0 and of every arm's last version use one traffic seed, so
+their sessions carry the same `pair_key`s (rlcycle/agent/events.py: seed, task, attempt): the
+same task, simulated user and sampling seeds; only the policy differs. A comparison on the same
+sessions removes the task-to-task variance from the difference (a hard task is hard for both),
+which is most of the variance of a pass rate over a mixed suite. The mean reward stays an
+independent comparison (distill's samples are not re-keyed here).
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 import statistics
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from rlcycle import io as rio
-from rlcycle import online
-from rlcycle.report import ab, paired
-from rlcycle.report.closed_loop import (
+from experiments.closed_loop import text
+from experiments.closed_loop.report import (
     DIRECTIONS,
     LEARN_METRICS,
     SHOWN,
     _rewards,
     _scoring,
+    _user_labels,
     build_report,
+    loop_metrics,
     render,
+    rundir,
     shown,
+    table,
     with_user_verdict,
 )
-from rlcycle.report.load import RunDir
+from rlcycle import online
+from rlcycle.report import ab
+from rlcycle.report.metrics import Scoring
 from rlcycle.stats import Estimate
 
+C = pl.col
 STAGES = ("simulate", "collect", "distill", "train", "eval", "deploy")
 V0 = "v0"
+MEASURE = "measure"
+Measured = tuple[dict[str, Any], pl.DataFrame, pl.DataFrame]
 
 
 # --- building -----------------------------------------------------------------------------------
@@ -89,8 +98,8 @@ def build_experiment(out: Path, record: dict[str, Any]) -> dict[str, Any]:
         vs_control = ab.ab_table(pair, base, metric_names, DIRECTIONS)
     if pairing is not None:
         m = pairing["measured"]
-        vs_v0 = {k: paired.paired_cells(m[v0], m[k], metric_names, c) for k, c in vs_v0.items()}
-        vs_control = {k: paired.paired_cells(m[last["control"]], m[k], metric_names, c) for k, c in vs_control.items()}
+        vs_v0 = {k: paired_cells(m[v0], m[k], metric_names, c) for k, c in vs_v0.items()}
+        vs_control = {k: paired_cells(m[last["control"]], m[k], metric_names, c) for k, c in vs_control.items()}
     return {
         "seed": record.get("seed"),
         "cycles": record.get("cycles"),
@@ -116,16 +125,16 @@ def _paired_rows(
     out: Path, record: dict[str, Any], arms: dict[str, Any], last: dict[str, tuple[str, str]]
 ) -> dict[str, Any] | None:
     """With a v0 measure run (OUT/v0/measure), every row from the measure traffic alone and the
-    facts to pair them by session (rlcycle/report/paired.py); None without one, or when an
+    facts to pair them by session (`measured_run`); None without one, or when an
     arm's last version has no measure run."""
     if not record.get("v0") or not last:
         return None
     first_arm = next(iter(record["arms"]))
     scoring = _scoring(out / first_arm, record["arms"][first_arm])
-    m0 = paired.measured(out / V0, record["v0"], scoring)
+    m0 = measured_run(out / V0, record["v0"], scoring)
     measured = {
         (V0, V0): m0,
-        **{key: paired.measured(out / arm, record["arms"][arm], scoring) for arm, key in last.items()},
+        **{key: measured_run(out / arm, record["arms"][arm], scoring) for arm, key in last.items()},
     }
     if any(m is None for m in measured.values()):
         return None
@@ -133,11 +142,11 @@ def _paired_rows(
     for (arm, label), m in measured.items():
         runs = record["v0"] if arm == V0 else record["arms"][arm]
         row = _estimates(m[0])
-        reward = _rewards(out / arm, {"cycles": [c for c in runs["cycles"] if c["name"] == paired.MEASURE]})
+        reward = _rewards(out / arm, {"cycles": [c for c in runs["cycles"] if c["name"] == MEASURE]})
         if reward:  # the measure run's distill: one version
             row["reward"] = next(iter(reward.values()))
         rows[(arm, label)] = row
-    matched = {f"{k[0]} {k[1]}": paired.matched_sessions(m0, m) for k, m in measured.items() if k != (V0, V0)}
+    matched = {f"{k[0]} {k[1]}": matched_sessions(m0, m) for k, m in measured.items() if k != (V0, V0)}
     return {"rows": rows, "measured": measured, "matched": matched}
 
 
@@ -221,16 +230,16 @@ def render_experiment(report: dict[str, Any]) -> str:
         w(f"  every version on the same measure sessions; differences paired by session (matched with v0: {pairs})")
     names = {m: SHOWN[m] for m in report["metric_names"]}
     if report["rows"]:
-        lines += ab.metrics_lines(report["rows"], report["names"], names)
+        lines += text.metrics_lines(report["rows"], report["names"], names)
     if report["vs_v0"]:
         w("")
         w("Each arm's last version minus v0 (better/worse only where the CI excludes 0)")
-        lines += ab.ab_lines(report["vs_v0"], report["names"], V0, names)
+        lines += text.ab_lines(report["vs_v0"], report["names"], V0, names)
     if report["vs_control"]:
         w("")
         base = report["last"]["control"]
         w(f"Each arm's last version minus control's ({report['names'][base]})")
-        lines += ab.ab_lines(report["vs_control"], report["names"], report["names"][base], names)
+        lines += text.ab_lines(report["vs_control"], report["names"], report["names"][base], names)
     w("")
     v = report["verdict"]
     w(f"Learned? {'YES' if v['learned'] else 'NO' if v['learned'] is False else 'n/a'}: {v['summary']}.")
@@ -241,78 +250,87 @@ def render_experiment(report: dict[str, Any]) -> str:
         [arm, *("-" if s.get(k) is None else f"{s[k]:.1f}" for k in (*STAGES, "cycle", "measure", "total"))]
         for arm, s in report["seconds"].items()
     ]
-    lines += ab.text_table(header, rows)
+    lines += text.text_table(header, rows)
     if report.get("wall_s") is not None:
         w(f"  wall time, all arms: {report['wall_s']:.0f} s")
+    if report.get("html"):
+        w("")
+        w(f"HTML: {report['html']['report']} ({report['html']['command']})")
     return "\n".join(lines)
 
 
-# --- OUT/report: a run directory for `rlcycle report` -------------------------------------------
+# --- paired by session ---------------------------------------------------------------------------
 
 
-def write_report_dir(out: Path, record: dict[str, Any], report: dict[str, Any]) -> Path | None:
-    """OUT/report/: every arm's trajectories (v0 once) under `v0` / `<arm>/<label>`, the pairs
-    to compare (comparisons.json: each last version vs v0, each vs control's), the first
-    distill's reward report (so the follow-ups are classified as in the text report), then
-    `rlcycle report`'s HTML. With a paired report (a v0 measure run), only the measure runs'
-    trajectories, and comparisons.json says `"paired": true`: the HTML's A/B table then pairs
-    by session as the text report does. None when no arm has trajectories."""
-    is_paired = bool(report.get("paired"))
-    frames = _measure_frames(out, report["last"]) if is_paired else []
-    for arm, rep in [] if is_paired else report["arms"].items():
-        traj: pl.DataFrame = rep.get("_traj")
-        if traj is None or traj.height == 0 or not rep["versions"]:
-            continue
-        names = {v["id"]: (V0 if v["label"] == V0 else f"{arm}/{v['label']}") for v in rep["versions"]}
-        if frames:  # v0 once: its traffic is the same start on the same seeds in every arm
-            traj = traj.filter(pl.col("policy_version") != rep["versions"][0]["id"])
-        # ts null: each simulate run starts its simulated clock at the same instant, so the
-        # online section orders the versions by first appearance (this concatenation's order).
-        frames.append(
-            traj.with_columns(
-                pl.col("policy_version").replace_strict(names, default=None),
-                pl.lit(None, pl.Datetime("ms", "UTC")).alias("ts"),
-            ).drop("run")
-        )
-    if not frames:
+def measured_run(out: Path, runs: dict[str, Any], scoring: Scoring) -> Measured | None:
+    """(metrics of the one version its measure run served, its episode facts and its user-label
+    facts, both keyed by pair key), None when the run has no trajectories."""
+    if not any(c["name"] == MEASURE for c in runs["cycles"]):
         return None
-    root = out / "report"
-    (root / "collect").mkdir(parents=True, exist_ok=True)
-    rio.write_table(pl.concat(frames, how="diagonal_relaxed").to_arrow(), root / "collect" / "trajectories.arrow")
-    lasts = {arm: f"{arm}/{key[1]}" if key[1] != V0 else V0 for arm, key in report["last"].items()}
-    pairs = [[V0, v] for v in lasts.values() if v != V0]
-    if "control" in lasts:
-        pairs += [[lasts["control"], v] for a, v in lasts.items() if a != "control"]
-    doc: dict[str, Any] = {"pairs": pairs, **({"paired": True} if is_paired else {})}
-    rio.atomic_write_text(root / "comparisons.json", json.dumps(doc, indent=2) + "\n")
-    first_distill = next(
-        (
-            out / arm / c["name"] / "distill" / "reward_report.json"
-            for arm, runs in record["arms"].items()
-            for c in runs["cycles"]
-            if (out / arm / c["name"] / "distill" / "reward_report.json").exists()
-        ),
-        None,
+    traj = table(rundir(out / MEASURE), "trajectories", online.REQUIRED, online.OPTIONAL)
+    if traj is None:
+        return None
+    traj = with_user_verdict(traj)
+    metrics = loop_metrics(traj, scoring)
+    if len(metrics) != 1:
+        return None  # a measure run serves one version; anything else is not a measure run
+    facts = online.episode_facts(
+        traj, scoring.classifier(), scoring.clarify_tools, scoring.edit_tools, session_column=online.PAIR_COLUMN
     )
-    if first_distill is not None:
-        (root / "distill").mkdir(exist_ok=True)
-        shutil.copy2(first_distill, root / "distill" / "reward_report.json")
-    from rlcycle.report import run as render_html
-
-    render_html(root, root / "report.html")
-    return root
+    return next(iter(metrics.values())), facts, _user_labels(facts)
 
 
-def _measure_frames(out: Path, last: dict[str, tuple[str, str]]) -> list[pl.DataFrame]:
-    """v0's measure trajectories, then each arm's last version's, labelled as in the text
-    report (`v0`, `<arm>/<label>`), the hidden-test verdict the simulated user's."""
-    # an arm that never deployed served v0 in its measure run: v0's own rows say that already
-    runs = [(out / V0, V0)] + [(out / arm, f"{arm}/{key[1]}") for arm, key in last.items() if key[1] != V0]
-    frames = []
-    for root, name in runs:
-        run = RunDir(root / paired.MEASURE)
-        traj = with_user_verdict(run.table("trajectories", online.REQUIRED, online.OPTIONAL))
-        frames.append(
-            traj.with_columns(pl.lit(name).alias("policy_version"), pl.lit(None, pl.Datetime("ms", "UTC")).alias("ts"))
-        )
-    return frames
+def paired_cells(a: Measured, b: Measured, names: list[str], independent: dict[str, ab.Cell]) -> dict[str, ab.Cell]:
+    """b − a per metric of `names` on the matched sessions; a metric the pairing cannot give
+    (the mean reward) keeps its independent cell from `independent`."""
+    diffs, _ = online.paired_differences(a[1], b[1])
+    truth, _ = online.paired_differences(a[2], b[2])
+    diffs["dissatisfied_truth"] = truth["dissatisfied_rate"]
+    sign = {n: online.METRICS[n].direction if n in online.METRICS else 0 for n in names} | DIRECTIONS
+    cells: dict[str, ab.Cell] = {}
+    for n in names:
+        d: Estimate | None = diffs.get(n)
+        if d is None:
+            if n in independent:
+                cells[n] = independent[n]
+            continue
+        cells[n] = ab.Cell(d, ab.call(d, sign[n]))
+    return cells
+
+
+def matched_sessions(a: Measured, b: Measured) -> int:
+    """How many sessions both versions served (the pairs behind every paired cell)."""
+    return online.paired_differences(a[1], b[1])[1]
+
+
+# --- OUT/report.html: `rlcycle report` of the real run directories --------------------------------
+
+
+def html_runs(out: Path, record: dict[str, Any], report: dict[str, Any]) -> list[Path]:
+    """The run directories OUT/report.html draws: the run that served v0 first (OUT/v0/measure,
+    else the first arm's cycle-1), then each arm's measure run (else its last cycle) whose
+    version is not v0's."""
+    arms = report["arms"]
+    if not arms or not any(rep["versions"] for rep in arms.values()):
+        return []
+    first_arm = next(iter(arms))
+    runs = [out / V0 / MEASURE] if report.get("paired") else [out / first_arm / "cycle-1"]
+    for arm, rep in arms.items():
+        if len(rep["versions"]) < 2 or arm not in report["last"]:
+            continue  # never deployed: its measure run served v0, which the first run shows
+        names = [c["name"] for c in record["arms"][arm]["cycles"]]
+        runs.append(out / arm / (MEASURE if MEASURE in names else names[-1]))
+    return [r for r in runs if rundir(r) is not None]
+
+
+def write_html(out: Path, record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any] | None:
+    """OUT/report.html: `rlcycle report FIRST MORE... -o OUT/report.html` of `html_runs` (the
+    online section compares each arm's last version with v0, paired by session where they
+    served the same sessions); the command and its result, None without trajectories."""
+    from rlcycle import report as rlcycle_report
+
+    runs = html_runs(out, record, report)
+    if not runs:
+        return None
+    result = rlcycle_report.run(runs[0], out / "report.html", runs[1:])
+    return {"command": "rlcycle report " + " ".join(map(str, runs)) + f" -o {out / 'report.html'}", **result.as_dict()}

@@ -1,13 +1,13 @@
-"""The closed-loop report: from a finished `OUT` of rlcycle/closed_loop.py to its tables.
+"""One arm's report: from its run directories (experiments/closed_loop/run.py) to its tables.
 
-In:  `OUT` (per arm `OUT/<arm>/` with one run directory per cycle and `runs.json`; the
-     experiment's `OUT/runs.json`).
-Out: per arm a report dict (cycles, policy versions, online metrics per version, the A/B table
-     against v0, the verdict "did the policy improve, and why not"); over the arms the
-     experiment dict (v0 and every arm's last version side by side, each minus v0, treatment
-     minus control, "did the loop learn"); their plain-text rendering (`render`,
-     `render_experiment`), a JSON-ready copy (`as_json`), and `OUT/report/`, a run directory
-     whose online section `rlcycle report` draws (`write_report_dir`).
+In:  `OUT/<arm>/` (one run directory per cycle, `runs.json`: the arm's record) and the record.
+Out: `build_report` -> the arm's report dict (cycles, policy versions, online metrics per
+     version, the A/B table against v0, the verdict "did the policy improve, and why not");
+     `render` -> its plain text; `as_json` -> a JSON-ready copy of any report dict. The
+     experiment across arms is compare.py.
+
+Run directories are read through rlcycle.report.load.RunDir (the reader `rlcycle report` uses),
+checkpoints through the arm's registry (rlcycle.policy.registry.Registry).
 
 The online metrics are rlcycle/online.py's, with the follow-up classifier of the first run whose
 distill ran (rlcycle/report/metrics.py `run_scoring`, as `rlcycle report` does), so the numbers
@@ -25,7 +25,6 @@ of this table and of `rlcycle report` on the same run agree. Rows that only a si
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict
 from pathlib import Path
@@ -33,10 +32,12 @@ from typing import Any
 
 import polars as pl
 
+from experiments.closed_loop import text
 from rlcycle import online, stats
 from rlcycle.agent import user
+from rlcycle.errors import RlcycleError
 from rlcycle.report import ab
-from rlcycle.report.load import RunDir
+from rlcycle.report.load import RunDir, Unavailable
 from rlcycle.report.metrics import Scoring, run_scoring
 from rlcycle.stats import Estimate
 
@@ -144,16 +145,15 @@ def build_report(out: Path, runs: dict[str, Any]) -> dict[str, Any]:
         return labels[cid]["label"] if cid else None
 
     for c in runs["cycles"]:
-        run = out / c["name"]
-        base = json.loads((run / "run.json").read_text())["base_id"] if (run / "run.json").exists() else None
+        run = rundir(out / c["name"])
+        base = run.run_info().get("base_id") if run is not None else None
         label(
             base,
             (runs.get("start") or {}).get("origin")
             or ("warm start" if runs.get("warm_start") else "tiny default model (random weights)"),
         )
-        traj = run / "collect" / "trajectories.arrow"
-        if traj.exists():
-            frame = RunDir(run).table("trajectories", online.REQUIRED, online.OPTIONAL)
+        frame = table(run, "trajectories", online.REQUIRED, online.OPTIONAL)
+        if frame is not None:
             frames.append(with_user_verdict(frame).with_columns(run=pl.lit(c["name"])))
         stages = {s["name"]: s for s in c.get("stages", [])}
         cycles.append(
@@ -208,14 +208,36 @@ def build_report(out: Path, runs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def rundir(path: Path) -> RunDir | None:
+    """The run directory at `path`, None when the cycle made none (it failed before)."""
+    try:
+        return RunDir(path)
+    except RlcycleError:
+        return None
+
+
+def table(run: RunDir | None, name: str, columns: list[str], optional: tuple[str, ...] = ()) -> pl.DataFrame | None:
+    """A run's named table (rlcycle.report.load.RUN_FILES), None when it is not there."""
+    try:
+        return run.table(name, columns, optional) if run is not None else None
+    except Unavailable:
+        return None
+
+
+def _json(run: RunDir | None, name: str) -> dict[str, Any] | None:
+    try:
+        return run.json(name) if run is not None else None
+    except Unavailable:
+        return None
+
+
 def _rewards(out: Path, runs: dict[str, Any]) -> dict[str, Estimate]:
     """Per policy version, the mean reward per sample of the runs' distill outputs (the measure
     run distills too, without the arm's switch), sessions as the clusters (rlcycle.stats)."""
-    frames = []
-    for c in runs["cycles"]:
-        path = out / c["name"] / "distill" / "examples.arrow"
-        if path.exists():
-            frames.append(pl.read_ipc(path, columns=["session_id", "policy_version", "reward"]))
+    found = (
+        table(rundir(out / c["name"]), "examples", ["session_id", "policy_version", "reward"]) for c in runs["cycles"]
+    )
+    frames = [f for f in found if f is not None]
     if not frames:
         return {}
     per = (
@@ -232,17 +254,17 @@ def _rewards(out: Path, runs: dict[str, Any]) -> dict[str, Estimate]:
 def _scoring(out: Path, runs: dict[str, Any]) -> Scoring:
     """The classifier of the first run whose distill ran (the built-in rules otherwise)."""
     for c in runs["cycles"]:
-        if (out / c["name"] / "distill" / "reward_report.json").exists():
-            return run_scoring(RunDir(out / c["name"]))
+        run = rundir(out / c["name"])
+        if _json(run, "reward_report") is not None:
+            return run_scoring(run)
     return Scoring()
 
 
-def _eval_summary(run: Path) -> dict[str, Any]:
+def _eval_summary(run: RunDir | None) -> dict[str, Any]:
     """The eval's pass@1 of candidate and baseline, and its ABBA-ordered latency ratio."""
-    path = run / "eval" / "verdict.json"
-    if not path.exists():
+    v = _json(run, "verdict")
+    if v is None:
         return {"eval_pass": None, "eval_latency_ratio": None}
-    v = json.loads(path.read_text())
     m = v.get("metrics", {})
     ratio = next((g["value"] for g in v.get("gates", []) if g["name"] == "latency"), None)
     return {
@@ -253,8 +275,15 @@ def _eval_summary(run: Path) -> dict[str, Any]:
 
 def _weight_change(home: Path, first: str | None, version: str) -> float | None:
     """||w - w_first|| / ||w_first|| over all parameters (None when a checkpoint is missing)."""
-    ckpts = home / "registry" / "checkpoints"
-    a, b = ckpts / str(first) / "model.safetensors", ckpts / str(version) / "model.safetensors"
+    from rlcycle.policy.registry import Registry
+
+    if first is None or not (home / "registry").is_dir():
+        return None
+    reg = Registry(home / "registry")
+    try:
+        a, b = (reg.resolve(cid) / "model.safetensors" for cid in (first, version))
+    except RlcycleError:
+        return None
     if not (a.exists() and b.exists()):
         return None
     from safetensors.torch import load_file
@@ -363,7 +392,7 @@ def render(report: dict[str, Any]) -> str:
                 f"{c['wall_s']:.0f}s",
             ]
         )
-    lines += ab.text_table(
+    lines += text.text_table(
         [
             "run",
             "served",
@@ -390,11 +419,11 @@ def render(report: dict[str, Any]) -> str:
     w("")
     w("Online metrics per policy version (95% CI; simulated users; sessions are the clusters)")
     counts = [[f"  n {key.replace('_', ' ')}", *(str(metrics[v["id"]]["counts"][key]) for v in vs)] for key in COUNTS]
-    lines += ab.metrics_lines(metrics, labels, names, extra=counts)
+    lines += text.metrics_lines(metrics, labels, names, extra=counts)
     if report["ab"]:
         w("")
         w(f"A/B: each version minus {vs[0]['label']} (95% CI; better/worse only where the CI excludes 0)")
-        lines += ab.ab_lines(report["ab"], labels, vs[0]["label"], names)
+        lines += text.ab_lines(report["ab"], labels, vs[0]["label"], names)
     w("")
     v = report["verdict"]
     w(f"Improved? {'YES' if v['improved'] else 'NO'}: {v['summary']}.")
