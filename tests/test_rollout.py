@@ -111,9 +111,14 @@ def test_pin_policy_names_a_reference_without_loading_it(tiny):
     from rlcycle.policy.registry import checkpoint_id
 
     assert pin_policy("scripted:reference") == ("scripted:reference", "scripted:reference", None)
-    assert pin_policy("http://127.0.0.1:9/v1") == ("http://127.0.0.1:9/v1",) * 2 + (None,)
     model, _ = tiny
     cid = checkpoint_id(model)
+    # A server is named by what it serves (its listed root's checkpoint), never by its URL.
+    from rlcycle.policy.hf import HFPolicy
+    from rlcycle.policy.serve import PolicyServer, ServeConfig
+
+    with PolicyServer(HFPolicy.from_pretrained(model), ServeConfig(port=0, root=str(model))) as srv:
+        assert pin_policy(srv.url + "/v1") == (srv.url + "/v1", cid, cid)
     assert pin_policy(str(model)) == (str(model.resolve()), cid, cid)
     # An alias is pinned to the directory it names now: workers load that very checkpoint.
     register(model, "production")

@@ -27,22 +27,45 @@ Which logprobs a server returns: `rlcycle serve` returns those of the sampling d
 top-p) unless started with `--logprobs-mode processed_logprobs` (vLLM >= 0.10.2): start it with
 that flag so behaviour logprobs mean the same thing as here. SGLang's completions endpoint takes
 token-id prompts too; check that your version returns token ids as above.
+
+What is served (`identify`, once, before the first request): the model requested is chosen
+from /v1/models, and what it is becomes the policy's `policy_version` (logged in every event,
+what train's staleness check matches) and `served_identity` (in run and event ids):
+- `model` (config) names a listed model: that one. Else, when it is a registry alias, a
+  checkpoint id or a checkpoint directory (or the gateway passes its checkpoint): the adapter
+  the deploy hook loads for it, `rlcycle-<first 12 hex of its id>` (rlcycle/deploy/vllm.py),
+  or a listed model whose `root` is that checkpoint's directory (full weights served as
+  they are); when neither is listed, an error names the adapter and the command that loads it.
+  No `model`: the first listed (vLLM lists the base first).
+- `policy_version`: the checkpoint's id when it is known: the one asked for, else the
+  `rlcycle.json` id of the listed `root` (a model directory, or an adapter's OUT/adapter) when
+  this machine can read it, else that of the registry checkpoint an `rlcycle-<12 hex>` name
+  abbreviates; else the served name itself (never the URL), with a warning that train's
+  staleness check will not know it. `HTTPPolicyConfig.policy_version` overrides it.
+- `served_identity`: a hash of the listed entry (name, root, parent, max_model_len) and of
+  the server's answer to a fixed probe (8 tokens sampled with seed 0 after 16 fixed token ids,
+  their logprobs rounded to 0.05 nats): a different server or adapter behind the same URL (another dtype, other
+  weights under the same name) gets another identity, hence other run and event ids, and its
+  data is never dropped by collect as a duplicate of an earlier run's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlcycle.config import cfg
 from rlcycle.errors import InputError, RlcycleError
+from rlcycle.policy import served
 from rlcycle.policy.base import Generation, SamplingParams, check_prompts, per_prompt
 
 API_KEY_ENV = "RLCYCLE_POLICY_API_KEY"
@@ -52,7 +75,14 @@ API_KEY_ENV = "RLCYCLE_POLICY_API_KEY"
 class HTTPPolicyConfig:
     """Options of the HTTP backend."""
 
-    model: str | None = cfg(None, help="Model name to request (default: the first of /v1/models).")
+    model: str | None = cfg(
+        None,
+        help="Model to request: a name /v1/models lists, or a registry alias, checkpoint id or directory "
+        "whose adapter rlcycle-<12 hex> the server lists (default: the first of /v1/models).",
+    )
+    policy_version: str | None = cfg(
+        None, help="policy_version to log (default: the served checkpoint's id, see `identify`)."
+    )
     api_key: str | None = cfg(None, help=f"Bearer token (default: ${API_KEY_ENV}).")
     timeout_s: float = cfg(600.0, help="Seconds one request may take.")
     max_concurrency: int = cfg(16, help="Requests in flight at once.")
@@ -62,29 +92,59 @@ class HTTPPolicyConfig:
 class HTTPPolicy:
     """A policy behind an OpenAI-compatible server; implements `base.Policy`."""
 
-    def __init__(self, base_url: str, config: HTTPPolicyConfig | None = None):
+    def __init__(
+        self, base_url: str, config: HTTPPolicyConfig | None = None, checkpoint: tuple[str, Path] | None = None
+    ):
+        """`checkpoint` = (id, directory) of what the server must serve (the gateway's alias):
+        its adapter is requested, and its id is the policy_version (see `identify`)."""
         self.config = config or HTTPPolicyConfig()
+        self.checkpoint = checkpoint
         url = base_url.rstrip("/")
         self.base_url = url[:-3] if url.endswith("/v1") else url
         self.api_key = self.config.api_key or os.environ.get(API_KEY_ENV)
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, self.config.max_concurrency), thread_name_prefix="rlcycle-http"
         )
-        self._model = self.config.model
-        self.name = self._model or self.base_url
+        self._model: str | None = None
+        self.checkpoint_id: str | None = None
+        self.policy_version: str | None = None
+        self.served_identity: str | None = None
+        self.name = self.base_url  # until identified
+        self._identify_lock = threading.Lock()
 
     @property
     def model(self) -> str:
-        """The served model's name (asked once from /v1/models when not configured)."""
+        """The served model's name (chosen once by `identify`)."""
         if self._model is None:
-            data = self._call("GET", "/v1/models", None).get("data") or []
-            if not data:
-                raise RlcycleError(
-                    f"{self.base_url}/v1/models lists no model", hint="pass HTTPPolicyConfig(model=NAME)"
-                )
-            self._model = str(data[0]["id"])
-            self.name = self._model
+            self.identify()
+        assert self._model is not None
         return self._model
+
+    def identify(self) -> HTTPPolicy:
+        """Choose the model and name what it serves (module docstring, "What is served")."""
+        with self._identify_lock:
+            if self._model is None:
+                found = served.identify(self, self.config.model, self.checkpoint)
+                self.checkpoint_id, self.served_identity = found.checkpoint_id, found.identity
+                self.policy_version = self.config.policy_version or found.checkpoint_id or found.model
+                self.name = self.policy_version
+                self._model = found.model
+                if self.config.policy_version is None and found.checkpoint_id is None:
+                    from rlcycle import console
+
+                    console.warn(
+                        f"{self.base_url}: {found.model!r} is no checkpoint rlcycle knows (no readable root, "
+                        "no registry id): events log it as the policy_version, which train's staleness check "
+                        f"does not know; pass --set policy_versions={found.model} to train, or serve a checkpoint"
+                    )
+        return self
+
+    def get(self, path: str) -> dict[str, Any]:
+        """GET an API path (e.g. /v1/models), with the key and retries of every request."""
+        return self._call("GET", path, None)
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", path, body)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

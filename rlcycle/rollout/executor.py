@@ -82,8 +82,14 @@ def pin_policy(ref: str) -> tuple[str, str, str | None]:
     need no registry of their own (only the directory, on shared storage)."""
     from rlcycle.policy.registry import Registry, checkpoint_id
 
-    if ref.startswith(("scripted:", "http://", "https://")):
+    if ref.startswith("scripted:"):
         return ref, ref, None
+    if ref.startswith(("http://", "https://")):  # what the server serves names it, not the URL
+        from rlcycle.policy.resolve import resolve_policy
+
+        resolved = resolve_policy(ref)
+        resolved.policy.close()
+        return ref, resolved.name, resolved.checkpoint_id
     path = Path(ref)
     if not path.is_dir():
         path = Registry().resolve(ref)  # raises the registry's own error for an unknown alias
