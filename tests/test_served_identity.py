@@ -127,3 +127,25 @@ def test_a_name_that_is_neither_listed_nor_known_names_what_is_listed(models):
     with _server(models["a"]) as srv:
         with pytest.raises(InputError, match="listed: m"):
             _identify(srv.url + "#nope")
+
+
+def test_sampling_at_t_not_1_checks_once_that_logprobs_are_processed(models, capsys):
+    from rlcycle.agent.scripted import ReplayPolicy
+    from rlcycle.policy.served import logprobs_processed
+
+    with _server(models["a"]) as srv:  # rlcycle serve: the logprobs of the sampling distribution
+        p = load_policy(srv.url)
+        try:
+            assert logprobs_processed(p, p.model) is True
+            p.generate(PROMPTS, SamplingParams(max_new_tokens=4, temperature=0.7, seed=1))
+            assert p._logprobs_checked
+        finally:
+            p.close()
+    # a server that cannot score prompts (a scripted one) cannot be checked: said, not refused
+    with PolicyServer(ReplayPolicy(str(models["a"]), ["hi"]), ServeConfig(port=0)) as srv:
+        p = load_policy(srv.url)
+        try:
+            p.generate(PROMPTS[:1], SamplingParams(max_new_tokens=4, temperature=0.7, seed=1))
+        finally:
+            p.close()
+    assert "cannot check which logprobs" in capsys.readouterr().err

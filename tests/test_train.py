@@ -89,6 +89,9 @@ def test_first_step_is_on_policy_and_metrics_are_logged(base, examples, tmp_path
     assert first["ess"] == pytest.approx(1.0, abs=1e-5)
     assert first["clip_frac"] == 0.0 and first["padding_fraction"] < 0.2
     assert first["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # the policy is still the base
+    # on-policy: every sequence-level ratio e^Σlog r is 1 too (train_metrics reports its spread)
+    assert (first["seq_ratio_min"], first["seq_ratio_max"]) == pytest.approx((1.0, 1.0), abs=1e-3)
+    assert first["seq_log_ratio_std"] == pytest.approx(0.0, abs=1e-3)
     last = table.slice(1, 1).to_pylist()[0]
     assert last["kl_ref"] > 0 and last["mismatch_kl"] > 0  # the policy has moved from μ
     for key in ("loss", "grad_norm", "tokens_per_s", "clip_frac_high", "is_frac"):

@@ -25,7 +25,10 @@ re-tokenise text).
 Which logprobs a server returns: `rlcycle serve` returns those of the sampling distribution
 (after temperature and top-p, see hf.py). vLLM returns the *raw* model logprobs (T = 1, before
 top-p) unless started with `--logprobs-mode processed_logprobs` (vLLM >= 0.10.2): start it with
-that flag so behaviour logprobs mean the same thing as here. SGLang's completions endpoint takes
+that flag so behaviour logprobs mean the same thing as here (`rlcycle serve --engine vllm`
+does). Before the first request at 0 < T != 1 this is checked once (`check_logprobs`,
+served.logprobs_processed: 16 tokens sampled at T = 0.25 against their T = 1 prompt logprobs);
+a raw-mode server is refused with that hint. SGLang's completions endpoint takes
 token-id prompts too; check that your version returns token ids as above.
 
 What is served (`identify`, once, before the first request): the model requested is chosen
@@ -87,6 +90,11 @@ class HTTPPolicyConfig:
     timeout_s: float = cfg(600.0, help="Seconds one request may take.")
     max_concurrency: int = cfg(16, help="Requests in flight at once.")
     retries: int = cfg(2, help="Retries of a request after a connection error or a 5xx.")
+    check_logprobs: bool = cfg(
+        True,
+        help="Before the first sample at 0 < T != 1, check once that the server returns the logprobs of the "
+        "sampling distribution (vLLM: --logprobs-mode processed_logprobs) and refuse if not.",
+    )
 
 
 class HTTPPolicy:
@@ -111,6 +119,7 @@ class HTTPPolicy:
         self.served_identity: str | None = None
         self.name = self.base_url  # until identified
         self._identify_lock = threading.Lock()
+        self._logprobs_checked = False
 
     @property
     def model(self) -> str:
@@ -139,6 +148,29 @@ class HTTPPolicy:
                     )
         return self
 
+    def _check_logprobs_once(self, model: str) -> None:
+        """Refuse a server whose logprobs at T != 1 are the raw model's (module docstring)."""
+        with self._identify_lock:
+            if self._logprobs_checked:
+                return
+            processed = served.logprobs_processed(self, model)
+            self._logprobs_checked = True
+        if processed is None:
+            from rlcycle import console
+
+            console.warn(
+                f"{self.base_url}: cannot check which logprobs it returns at T != 1 (it does not score prompts "
+                "with echo); they must be those after temperature for train's IS correction"
+            )
+        elif not processed:
+            self._logprobs_checked = False
+            raise InputError(
+                f"{self.base_url} returns the raw model's logprobs (T = 1) for samples drawn at T != 1: train "
+                "would correct for the wrong behaviour distribution",
+                hint="start vLLM with --logprobs-mode processed_logprobs (`rlcycle serve --engine vllm` does), "
+                "or sample at temperature 1",
+            )
+
     def get(self, path: str) -> dict[str, Any]:
         """GET an API path (e.g. /v1/models), with the key and retries of every request."""
         return self._call("GET", path, None)
@@ -154,6 +186,8 @@ class HTTPPolicy:
         check_prompts(prompts)
         plist = per_prompt(params, len(prompts))
         model = self.model
+        if self.config.check_logprobs and any(sp.temperature not in (0.0, 1.0) for sp in plist):
+            self._check_logprobs_once(model)
         futures = [self._pool.submit(self._one, model, p, sp) for p, sp in zip(prompts, plist, strict=True)]
         return [f.result() for f in futures]
 

@@ -159,3 +159,40 @@ def _identity(policy: Any, entry: dict[str, Any], cid: str | None) -> str:
     fields = {k: entry.get(k) for k in ("id", "root", "parent", "max_model_len")}
     doc = json.dumps([fields, cid, probe], sort_keys=True, default=str)
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+
+# --- which logprobs the server returns ------------------------------------------------------
+# Sampled at T = CHECK_T, a server in processed mode reports log softmax(logits / T) of each
+# sampled token, which differs from the T = 1 prompt logprob of the same token (echo) by about
+# a nat on PROBE_IDS' high-entropy context (0.8 mean on the tiny model); a raw-mode server
+# reports the T = 1 numbers themselves (the same up to its float noise, ~0.04 mean in bf16).
+CHECK_T = 0.25
+CHECK_MIN_MEAN_DIFF = 0.1
+
+
+def logprobs_processed(policy: Any, model: str) -> bool | None:
+    """True when the server's logprobs are those of the sampling distribution (after
+    temperature), False when they are the raw model's, None when it cannot be told (the server
+    does not score prompts with echo)."""
+    from rlcycle.policy.base import SamplingParams
+    from rlcycle.policy.http import parse_choice, request_body
+
+    n = len(PROBE_IDS)
+    sampled = parse_choice(
+        policy.post(
+            "/v1/completions",
+            request_body(model, PROBE_IDS, SamplingParams(max_new_tokens=16, temperature=CHECK_T, seed=0)),
+        ),
+        policy.base_url,
+    )
+    body = request_body(model, PROBE_IDS + sampled.token_ids, SamplingParams(max_new_tokens=1, temperature=1.0))
+    body["echo"] = True
+    try:
+        lp = policy.post("/v1/completions", body)["choices"][0]["logprobs"]["token_logprobs"]
+        raw = [float(v) for v in lp[n : n + len(sampled.token_ids)]]
+    except (RlcycleError, KeyError, IndexError, TypeError, ValueError):
+        return None
+    if len(raw) != len(sampled.logprobs) or not raw:
+        return None
+    mean = sum(abs(a - b) for a, b in zip(sampled.logprobs, raw, strict=True)) / len(raw)
+    return mean > CHECK_MIN_MEAN_DIFF
