@@ -12,8 +12,8 @@ address it the same way).
 
 Which vLLM: vLLM lives in a venv of its own (`scripts/dev.sh vllm` makes `.venv-vllm`: it pins
 transformers, fastapi, setuptools and numba, which would break rlcycle's). The interpreter is,
-in order: `python` of the config, $RLCYCLE_VLLM_PYTHON, `.venv-vllm/bin/python` in the current
-directory, then beside the rlcycle checkout, then this interpreter if it can import vllm.
+in order: `python` of the config, $RLCYCLE_VLLM_PYTHON, $RLCYCLE_VLLM_VENV/bin/python (the
+variable `scripts/dev.sh vllm` reads too), `.venv-vllm/bin/python` in the current directory, then beside the rlcycle checkout, then this interpreter if it can import vllm.
 
 The flags, and why (docs/vllm.md):
 - `--logprobs-mode processed_logprobs`: the logprobs of the distribution actually sampled
@@ -54,6 +54,7 @@ from rlcycle.errors import InputError, RlcycleError
 from rlcycle.policy.served import adapter_name
 
 PYTHON_ENV = "RLCYCLE_VLLM_PYTHON"
+VENV_ENV = "RLCYCLE_VLLM_VENV"  # the venv `scripts/dev.sh vllm` makes (default .venv-vllm)
 VENV = ".venv-vllm"
 
 
@@ -182,7 +183,8 @@ def command(config: VllmServeConfig, target: Target, python: str, port: int, gpu
 def find_python(config: VllmServeConfig) -> str:
     """The interpreter of the vLLM venv (see the module docstring for the order)."""
     tried = []
-    for cand in (config.python, os.environ.get(PYTHON_ENV)):
+    venv = os.environ.get(VENV_ENV)
+    for cand in (config.python, os.environ.get(PYTHON_ENV), venv and str(Path(venv) / "bin" / "python")):
         if cand:
             if not Path(cand).exists():
                 raise InputError(f"vLLM python {cand!r} does not exist", hint="run `scripts/dev.sh vllm`")
