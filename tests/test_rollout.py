@@ -166,16 +166,16 @@ def test_the_prefix_cache_budget_reaches_every_policy_simulate_and_eval_load(tin
     def budget(policy):
         return None if policy.prefix is None else policy.prefix.budget
 
-    spec, _ = _policy_spec(str(model), SimulateConfig())
+    spec, _, _ = _policy_spec(str(model), SimulateConfig())
     assert budget(spec.policy) is None  # simulate: off by default (see the test below)
-    spec, _ = _policy_spec(str(model), SimulateConfig(prefix_cache_tokens=64))
+    spec, _, _ = _policy_spec(str(model), SimulateConfig(prefix_cache_tokens=64))
     assert budget(spec.policy) == 64
     loaded = eval_stage._policy(str(model), eval_stage.EvalConfig())
     assert budget(loaded.spec.policy) == 16384  # eval: on by default
     loaded = eval_stage._policy(str(model), eval_stage.EvalConfig(prefix_cache_tokens=0))
     assert budget(loaded.spec.policy) is None
     # Ray: the driver only names the policy; a worker loads it with the budget it is given.
-    ray_spec, _ = _policy_spec(str(model), SimulateConfig(executor="ray", prefix_cache_tokens=32))
+    ray_spec, _, _ = _policy_spec(str(model), SimulateConfig(executor="ray", prefix_cache_tokens=32))
     assert ray_spec.policy is None and ray_spec.prefix_cache_tokens == 32
     assert budget(load_policy_spec(ray_spec)[0]) == 32
     ray_eval = eval_stage._policy(str(model), eval_stage.EvalConfig(executor="ray"))

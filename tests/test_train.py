@@ -312,3 +312,12 @@ def test_dr_grpo_m_defaults_to_the_logged_max_new_tokens(base, base_id, tmp_path
     # and it is the M of the constant normaliser: ν = 1 / (S · M)
     nu = D.normalisers(ex_logged, np.arange(4), "constant", D.max_completion_tokens(ex_logged, cfg))
     assert nu == pytest.approx([1 / (4 * 48)] * 4)
+
+
+def test_a_wide_sequence_ratio_spread_at_step_1_is_warned_about(capsys):
+    stage._warn_sequence_spread({"seq_ratio_min": 0.27, "seq_ratio_max": 2.1, "mismatch_kl": 1.3e-3})
+    err = capsys.readouterr().err
+    assert "0.27-2.1" in err and "float32" in err
+    stage._warn_sequence_spread({"seq_ratio_min": 0.9, "seq_ratio_max": 1.1, "mismatch_kl": 0.0})
+    stage._warn_sequence_spread({"seq_ratio_min": None, "seq_ratio_max": None})
+    assert capsys.readouterr().err == ""

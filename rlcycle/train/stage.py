@@ -235,6 +235,8 @@ def _train(
                 "from another checkpoint, with tempered logprobs (use_sample_temperature), or "
                 "another tokenizer/template?"
             )
+        if k == 0 and acc.is_main_process and not quiet:
+            _warn_sequence_spread(row)
         progress.update(
             step=f"{k + 1}/{schedule.n_steps}",
             loss=_g(row["loss"]),
@@ -458,6 +460,23 @@ def summarize_run(rows: list[dict], ex: D.Examples) -> dict[str, Any]:
     out["loss_first"] = ok[0]["loss"] if ok else None
     out["loss_last"] = ok[-1]["loss"] if ok else None
     return out
+
+
+SEQ_RATIO_WARN = 2.0  # step 1: warn when some sequence's e^Σlog r is beyond [1/2, 2]
+
+
+def _warn_sequence_spread(row: dict) -> None:
+    """At step 1 the policy has not moved, so the sequence-level ratios are the sampler's
+    mismatch alone; a bf16 server spreads them to ~0.3-2 over 64 tokens (docs/vllm.md)."""
+    lo, hi = row.get("seq_ratio_min"), row.get("seq_ratio_max")
+    if lo is None or hi is None or (hi <= SEQ_RATIO_WARN and lo >= 1 / SEQ_RATIO_WARN):
+        return
+    console.warn(
+        f"step 1: the sequence-level ratios e^Σlog r span {lo:.3g}-{hi:.3g} before any update "
+        f"(token mismatch KL {_g(row.get('mismatch_kl'))}): the sampler's logprobs drift from this "
+        "trainer's along sequences (e.g. a bfloat16 server). The per-token IS correction "
+        "(is_mode=truncate) bounds it; serve in float32 to remove it (docs/vllm.md)"
+    )
 
 
 def _fingerprint(config: TrainConfig, data_hashes: list[dict], base_id: str, world: int) -> str:
