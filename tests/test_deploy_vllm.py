@@ -458,3 +458,39 @@ def test_hook_api_key_env_must_name_a_variable(cli, gw_models):
         ]
     )
     assert r.exit_code == 2 and "hook_api_key_env" in r.error and "not the key itself" in r.error
+
+
+def _standalone(url, *args):
+    cmd = shlex.split(_hook(url, *args))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "SERVE_KEY": KEY}, timeout=300)
+    return proc, (json.loads(proc.stdout) if proc.stdout.strip() else None)
+
+
+def test_relative_rule_fails_a_server_still_on_the_base_that_a_loose_tolerance_passes(ckpts, served):
+    """A loose --tolerance (a bf16 server needs one) passes weights the base is within; the
+    nearest-reference rule sees that the name still answers with the base (v0 = lr 0 = base)."""
+    n2 = _name(_cid(ckpts["v2"]))
+    status, _ = _call(
+        served, "/v1/load_lora_adapter", {"lora_name": n2, "lora_path": str(ckpts["v0"] / "adapter")}, KEY
+    )
+    assert status == 200
+    loose, report = _standalone(served, "--checkpoint", str(ckpts["v2"]), "--tolerance", "1.0")
+    assert loose.returncode == 0 and report["passed"], loose.stderr  # the absolute rule alone is fooled
+    assert report["prompt_max_diff"] > 1e-3  # ... though the weights behind the name are not v2's
+    _call(served, "/v1/load_lora_adapter", {"lora_name": n2, "lora_path": str(ckpts["v0"] / "adapter")}, KEY)
+    rel, report = _standalone(served, "--checkpoint", str(ckpts["v2"]), "--tolerance", "1.0", "--relative")
+    assert rel.returncode == 1 and not report["passed"], rel.stderr
+    assert "near to base's" in report["problem"]
+    assert report["nearest"]["base"] < report["prompt_mean_diff"]
+    assert n2 not in _models(served)  # the failed name is unloaded
+
+
+def test_relative_rule_passes_the_right_adapter_and_names_the_references(ckpts, served):
+    n1, n2 = _name(_cid(ckpts["v1"])), _name(_cid(ckpts["v2"]))
+    proc, report = _standalone(served, "--checkpoint", str(ckpts["v1"]), "--relative")
+    assert proc.returncode == 0 and report["passed"] and set(report["nearest"]) == {"base"}, proc.stderr
+    proc, report = _standalone(served, "--checkpoint", str(ckpts["v2"]), "--tolerance", "1.0", "--relative")
+    assert proc.returncode == 0 and report["passed"], proc.stderr
+    assert set(report["nearest"]) == {"base", n1}  # v1 was loaded: its checkpoint is a reference too
+    assert min(report["nearest"].values()) > 10 * report["prompt_mean_diff"]
+    assert _models(served) == ["base", n2]

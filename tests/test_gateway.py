@@ -254,7 +254,9 @@ def upstream_gateway(world):
     from rlcycle.agent.scripted import ReplayPolicy
     from rlcycle.policy.serve import PolicyServer, ServeConfig
 
-    server = PolicyServer(ReplayPolicy(str(world["model"]), [VALID, INVALID]), ServeConfig(port=0)).start()
+    replay = ReplayPolicy(str(world["model"]), [VALID, INVALID])
+    # root: the checkpoint the upstream serves, as vLLM lists its --model (the gateway checks it)
+    server = PolicyServer(replay, ServeConfig(port=0, root=str(world["model"]))).start()
     running = _start(world, world["root"] / "logs-upstream", upstream=server.url)
     yield running
     running.close()

@@ -113,9 +113,14 @@ def test_pin_policy_names_a_reference_without_loading_it(tiny):
     from rlcycle.policy.registry import Registry, checkpoint_id
 
     assert pin_policy("scripted:reference") == ("scripted:reference", "scripted:reference", None)
-    assert pin_policy("http://127.0.0.1:9/v1") == ("http://127.0.0.1:9/v1",) * 2 + (None,)
     model, _ = tiny
     cid = checkpoint_id(model)
+    # A server is named by what it serves (its listed root's checkpoint), never by its URL.
+    from rlcycle.policy.hf import HFPolicy
+    from rlcycle.policy.serve import PolicyServer, ServeConfig
+
+    with PolicyServer(HFPolicy.from_pretrained(model), ServeConfig(port=0, root=str(model))) as srv:
+        assert pin_policy(srv.url + "/v1") == (srv.url + "/v1", cid, cid)
     assert pin_policy(str(model)) == (str(model.resolve()), cid, cid)
     # An alias is pinned to the directory it names now: workers load that very checkpoint.
     register(model, "production", Registry(registry_dir()))
@@ -163,16 +168,16 @@ def test_the_prefix_cache_budget_reaches_every_policy_simulate_and_eval_load(tin
     def budget(policy):
         return None if policy.prefix is None else policy.prefix.budget
 
-    spec, _ = _policy_spec(str(model), SimulateConfig())
+    spec, _, _ = _policy_spec(str(model), SimulateConfig())
     assert budget(spec.policy) is None  # simulate: off by default (see the test below)
-    spec, _ = _policy_spec(str(model), SimulateConfig(prefix_cache_tokens=64))
+    spec, _, _ = _policy_spec(str(model), SimulateConfig(prefix_cache_tokens=64))
     assert budget(spec.policy) == 64
     loaded = eval_stage._policy(str(model), eval_stage.EvalConfig())
     assert budget(loaded.spec.policy) == 16384  # eval: on by default
     loaded = eval_stage._policy(str(model), eval_stage.EvalConfig(prefix_cache_tokens=0))
     assert budget(loaded.spec.policy) is None
     # Ray: the driver only names the policy; a worker loads it with the budget it is given.
-    ray_spec, _ = _policy_spec(
+    ray_spec, _, _ = _policy_spec(
         str(model), SimulateConfig(rollout=RolloutConfig(executor="ray"), prefix_cache_tokens=32)
     )
     assert ray_spec.policy is None and ray_spec.prefix_cache_tokens == 32

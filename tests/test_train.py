@@ -89,6 +89,9 @@ def test_first_step_is_on_policy_and_metrics_are_logged(base, examples, tmp_path
     assert first["ess"] == pytest.approx(1.0, abs=1e-5)
     assert first["clip_frac"] == 0.0 and first["padding_fraction"] < 0.2
     assert first["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # the policy is still the base
+    # on-policy: every sequence-level ratio e^Σlog r is 1 too (train_metrics reports its spread)
+    assert (first["seq_ratio_min"], first["seq_ratio_max"]) == pytest.approx((1.0, 1.0), abs=1e-3)
+    assert first["seq_log_ratio_std"] == pytest.approx(0.0, abs=1e-3)
     last = table.slice(1, 1).to_pylist()[0]
     assert last["kl_ref"] > 0 and last["mismatch_kl"] > 0  # the policy has moved from μ
     for key in ("loss", "grad_norm", "tokens_per_s", "clip_frac_high", "is_frac"):
@@ -334,3 +337,12 @@ def test_greedy_and_truncated_samples_are_left_out_of_the_update(base, base_id, 
     stage.run(cfg, b, base, tmp_path / "B", quiet=True)
     assert ra.dropped == {"greedy_sampling": 2, "truncated_sampling": 1}
     assert_same_weights(tmp_path / "A", tmp_path / "B", atol=1e-6)
+
+
+def test_a_wide_sequence_ratio_spread_at_step_1_is_warned_about(capsys):
+    stage._warn_sequence_spread({"seq_ratio_min": 0.27, "seq_ratio_max": 2.1, "mismatch_kl": 1.3e-3})
+    err = capsys.readouterr().err
+    assert "0.27-2.1" in err and "float32" in err
+    stage._warn_sequence_spread({"seq_ratio_min": 0.9, "seq_ratio_max": 1.1, "mismatch_kl": 0.0})
+    stage._warn_sequence_spread({"seq_ratio_min": None, "seq_ratio_max": None})
+    assert capsys.readouterr().err == ""

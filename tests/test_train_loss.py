@@ -130,6 +130,24 @@ def test_logged_statistics():
     assert (m["ratio_mean"], m["ratio_min"], m["ratio_max"]) == pytest.approx((4.25 / 3, 1.0, 2.0))
 
 
+def test_sequence_level_ratio_spread():
+    # seq a: ρ = ln 1.25 + ln 1.0 = ln 1.25; seq b: ρ = ln 2 -> e^ρ spans 1.25..2,
+    # std of ρ = |ln 2 - ln 1.25| / 2
+    b = batch(TOKEN)
+    b.row = torch.tensor([0, 0, 1])
+    _, _, m = loss_and_grad(b, LossSettings(is_mode="none"))
+    assert (m["seq_ratio_min"], m["seq_ratio_max"]) == pytest.approx((1.25, 2.0))
+    assert m["seq_log_ratio_std"] == pytest.approx((math.log(2) - math.log(1.25)) / 2)
+    # a masked token is not in its sequence's sum; a sequence with no loss token is not counted
+    b = batch(TOKEN)
+    b.row, b.mask = torch.tensor([0, 0, 1]), torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
+    _, _, m = loss_and_grad(b, LossSettings(is_mode="none"))
+    assert (m["seq_ratio_min"], m["seq_ratio_max"], m["seq_log_ratio_std"]) == pytest.approx((1.0, 1.0, 0.0))
+    # without row ids (a caller of the loss alone) there is no sequence statistic
+    _, _, m = loss_and_grad(batch(TOKEN), LossSettings(is_mode="none"))
+    assert m["seq_ratio_min"] is None
+
+
 def test_masked_tokens_contribute_nothing():
     # A loss-masked token has c_t = 0 and m_t = 0: no loss, no gradient, not in the stats.
     b = batch(TOKEN)

@@ -89,7 +89,10 @@ BASE: dict[str, Any] = {
     "eval.min_paired_tasks": 5,
     "eval.latency_noise_ms": 10000.0,
 }
-WARM: dict[str, Any] = {"simulate.runner.max_new_tokens": 160, "eval.runner.max_new_tokens": 160}  # a tool call: ~50-150 tokens
+WARM: dict[str, Any] = {
+    "simulate.runner.max_new_tokens": 160,
+    "eval.runner.max_new_tokens": 160,
+}  # a tool call: ~50-150 tokens
 # What each arm changes (everything else is identical); `permute_seed` is the cycle's traffic
 # seed, so each cycle's batches get their own shuffle.
 ARMS: dict[str, list[str]] = {

@@ -23,12 +23,17 @@ def register(app: typer.Typer) -> None:
             "Examples:\n\n"
             "  rlcycle eval --candidate runs/c1/checkpoint --baseline production --tasks sample_data/tasks -o runs/c1/eval/eval_results.arrow\n\n"
             "  rlcycle eval --candidate scripted:reference --baseline scripted:nothing --tasks sample_data/tasks -o /tmp/e.arrow --json\n\n"
-            "  rlcycle eval --candidate runs/c1/checkpoint --tasks /shared/suite --executor ray --ray-address auto -o runs/c1/eval/eval_results.arrow"
+            "  rlcycle eval --candidate runs/c1/checkpoint --tasks /shared/suite --executor ray --ray-address auto -o runs/c1/eval/eval_results.arrow\n\n"
+            "  rlcycle eval --candidate 'http://127.0.0.1:8311#candidate' --baseline 'http://127.0.0.1:8311#production' "
+            "--tokenizer runs/base --tasks sample_data/tasks -o /tmp/e.arrow   # two adapters of one vLLM"
         ),
     )
     def eval_(
         candidate: str = typer.Option(
-            ..., "--candidate", help="Checkpoint dir, registry alias, URL, or scripted:reference|nothing."
+            ...,
+            "--candidate",
+            help="Checkpoint dir, registry alias, URL (URL#MODEL: a served name or an alias whose adapter it "
+            "lists), or scripted:reference|nothing.",
         ),
         baseline: str = typer.Option("production", "--baseline", help="Same forms; default the registry's production."),
         tasks: Path = typer.Option(Path("sample_data/tasks"), "--tasks", help="Task suite directory."),
@@ -46,6 +51,9 @@ def register(app: typer.Typer) -> None:
             help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray).",
         ),
         _help_config: bool = config_help.option("eval"),
+        tokenizer: str = typer.Option(
+            None, "--tokenizer", help="Tokenizer directory (needed for an http policy: the served model's)."
+        ),
         config: Path = opt.config("eval"),
         set_: list[str] = opt.sets(help="Override a config key: --set max_clarification_rate_increase=0.05."),
         as_json: bool = opt.json_flag("Print the verdict as one JSON object on stdout."),
@@ -62,6 +70,7 @@ def register(app: typer.Typer) -> None:
                 "sandboxes": sandboxes,
                 "rollout.executor": executor,
                 "rollout.ray_address": ray_address,
+                "tokenizer": tokenizer,
             },
             section="eval",
         )

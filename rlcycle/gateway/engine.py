@@ -10,7 +10,13 @@ An `Engine` is one checkpoint: its id (logged as `policy_version` and sent as th
   `rlcycle serve`: take what is queued, up to `max_batch_size`, waiting at most
   `batch_wait_ms`, one `generate` for all);
 - upstream: `HTTPPolicy` against an OpenAI-compatible completions server (token ids in, token
-  ids and logprobs out), which batches on its side.
+  ids and logprobs out), which batches on its side. It requests the model that serves this
+  checkpoint: its adapter `rlcycle-<12 hex>` as the deploy hook loads it into vLLM, or a listed
+  model whose root is the checkpoint (rlcycle/policy/served.py); a checkpoint the upstream does
+  not serve is an error (at start) or a failed reload, retried at every watch tick (a deploy
+  moves the alias before its hook loads the adapter). So the logged `policy_version` is the
+  checkpoint that answered, and a canary works upstream too: the candidate's sessions go to
+  the candidate's adapter.
 
 Reloads (`Models.reload`, called by POST /v1/rlcycle/reload and by the registry watcher): the
 aliases are resolved again; a checkpoint that changed is loaded *before* anything is swapped,
@@ -164,7 +170,15 @@ class Models:
         if c.upstream:
             from rlcycle.policy.http import HTTPPolicy, HTTPPolicyConfig
 
-            policy = HTTPPolicy(c.upstream, HTTPPolicyConfig(api_key=c.upstream_api_key, max_concurrency=64))
+            # The adapter that serves this checkpoint (rlcycle-<12 hex>, loaded by the deploy hook),
+            # or the base when it is this checkpoint; an error naming the fix when neither is listed.
+            pcfg = HTTPPolicyConfig(api_key=c.upstream_api_key, max_concurrency=64)
+            policy = HTTPPolicy(c.upstream, pcfg, checkpoint=(cid, path))
+            try:
+                policy.identify()
+            except BaseException:
+                policy.close()
+                raise
             return Engine(cid, path, policy, AutoTokenizer.from_pretrained(str(path)), c, role, in_process=False)
         from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
@@ -190,14 +204,6 @@ class Models:
             aliases = dict(state.get("aliases") or {})
             cid, path = self._resolve(self.config.alias)
             fraction = self._canary(aliases, state)
-            if fraction > 0 and self.config.upstream:
-                from rlcycle import console
-
-                console.warn(
-                    "gateway: a canary needs the in-process backend (one upstream serves one "
-                    "checkpoint); all traffic goes to the upstream"
-                )
-                fraction = 0.0
             cand = self._resolve("candidate") if fraction > 0 and "candidate" in aliases else None
             primary = self._reuse_or_load(cid, path, "production")
             candidate = self._reuse_or_load(*cand, "candidate") if cand else None
@@ -252,11 +258,13 @@ class Models:
     def _watch(self) -> None:
         from rlcycle import console
 
+        failed: str | None = None
         while not self._stop.wait(self.config.watch_interval_s):
             if self._signature() == self._state_sig:
                 continue
             try:
                 info = self.reload()
+                failed = None
                 if info["changed"]:
                     console.info(
                         f"gateway: now serving {info['checkpoint_id']}"
@@ -267,7 +275,12 @@ class Models:
                         )
                     )
             except (RlcycleError, OSError, ValueError) as e:  # keep serving the old checkpoint
-                console.warn(f"gateway: reload failed, still serving the old checkpoint: {e}")
+                # ... and retry at the next tick: a deploy moves the alias before its hook loads
+                # the adapter into the upstream, so the first reload can come too early.
+                self._state_sig = None
+                if str(e) != failed:
+                    console.warn(f"gateway: reload failed, still serving the old checkpoint (retrying): {e}")
+                failed = str(e)
 
     def close(self) -> None:
         self._stop.set()

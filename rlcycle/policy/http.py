@@ -25,24 +25,50 @@ re-tokenise text).
 Which logprobs a server returns: `rlcycle serve` returns those of the sampling distribution
 (after temperature and top-p, see hf.py). vLLM returns the *raw* model logprobs (T = 1, before
 top-p) unless started with `--logprobs-mode processed_logprobs` (vLLM >= 0.10.2): start it with
-that flag so behaviour logprobs mean the same thing as here. SGLang's completions endpoint takes
+that flag so behaviour logprobs mean the same thing as here (`rlcycle serve --engine vllm`
+does). Before the first request at 0 < T != 1 this is checked once (`check_logprobs`,
+served.logprobs_processed: 16 tokens sampled at T = 0.25 against their T = 1 prompt logprobs);
+a raw-mode server is refused with that hint. SGLang's completions endpoint takes
 token-id prompts too; check that your version returns token ids as above.
+
+What is served (`identify`, once, before the first request): the model requested is chosen
+from /v1/models, and what it is becomes the policy's `policy_version` (logged in every event,
+what train's staleness check matches) and `served_identity` (in run and event ids):
+- `model` (config) names a listed model: that one. Else, when it is a registry alias, a
+  checkpoint id or a checkpoint directory (or the gateway passes its checkpoint): the adapter
+  the deploy hook loads for it, `rlcycle-<first 12 hex of its id>` (rlcycle/deploy/vllm.py),
+  or a listed model whose `root` is that checkpoint's directory (full weights served as
+  they are); when neither is listed, an error names the adapter and the command that loads it.
+  No `model`: the first listed (vLLM lists the base first).
+- `policy_version`: the checkpoint's id when it is known: the one asked for, else the
+  `rlcycle.json` id of the listed `root` (a model directory, or an adapter's OUT/adapter) when
+  this machine can read it, else that of the registry checkpoint an `rlcycle-<12 hex>` name
+  abbreviates; else the served name itself (never the URL), with a warning that train's
+  staleness check will not know it. `HTTPPolicyConfig.policy_version` overrides it.
+- `served_identity`: a hash of the listed entry (name, root, parent, max_model_len) and of
+  the server's answer to a fixed probe (8 tokens sampled with seed 0 after 16 fixed token ids,
+  their logprobs rounded to 0.05 nats): a different server or adapter behind the same URL (another dtype, other
+  weights under the same name) gets another identity, hence other run and event ids, and its
+  data is never dropped by collect as a duplicate of an earlier run's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlcycle.config import cfg
 from rlcycle.errors import InputError, RlcycleError
+from rlcycle.policy import served
 from rlcycle.policy.base import Generation, SamplingParams, check_prompts, per_prompt
 
 API_KEY_ENV = "RLCYCLE_POLICY_API_KEY"
@@ -52,39 +78,110 @@ API_KEY_ENV = "RLCYCLE_POLICY_API_KEY"
 class HTTPPolicyConfig:
     """Options of the HTTP backend."""
 
-    model: str | None = cfg(None, help="Model name to request (default: the first of /v1/models).")
+    model: str | None = cfg(
+        None,
+        help="Model to request: a name /v1/models lists, or a registry alias, checkpoint id or directory "
+        "whose adapter rlcycle-<12 hex> the server lists (default: the first of /v1/models).",
+    )
+    policy_version: str | None = cfg(
+        None, help="policy_version to log (default: the served checkpoint's id, see `identify`)."
+    )
+    registry: str | None = cfg(
+        None,
+        help="Registry directory in which `model` resolves as an alias or checkpoint id, and an rlcycle-<12 hex> "
+        "name as its checkpoint (None: only names the server lists and checkpoint directories).",
+    )
     api_key: str | None = cfg(None, help=f"Bearer token (default: ${API_KEY_ENV}).")
     timeout_s: float = cfg(600.0, help="Seconds one request may take.")
     max_concurrency: int = cfg(16, help="Requests in flight at once.")
     retries: int = cfg(2, help="Retries of a request after a connection error or a 5xx.")
+    check_logprobs: bool = cfg(
+        True,
+        help="Before the first sample at 0 < T != 1, check once that the server returns the logprobs of the "
+        "sampling distribution (vLLM: --logprobs-mode processed_logprobs) and refuse if not.",
+    )
 
 
 class HTTPPolicy:
     """A policy behind an OpenAI-compatible server; implements `base.Policy`."""
 
-    def __init__(self, base_url: str, config: HTTPPolicyConfig | None = None):
+    def __init__(
+        self, base_url: str, config: HTTPPolicyConfig | None = None, checkpoint: tuple[str, Path] | None = None
+    ):
+        """`checkpoint` = (id, directory) of what the server must serve (the gateway's alias):
+        its adapter is requested, and its id is the policy_version (see `identify`)."""
         self.config = config or HTTPPolicyConfig()
+        self.checkpoint = checkpoint
         url = base_url.rstrip("/")
         self.base_url = url[:-3] if url.endswith("/v1") else url
         self.api_key = self.config.api_key or os.environ.get(API_KEY_ENV)
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, self.config.max_concurrency), thread_name_prefix="rlcycle-http"
         )
-        self._model = self.config.model
-        self.name = self._model or self.base_url
+        self._model: str | None = None
+        self.checkpoint_id: str | None = None
+        self.policy_version: str | None = None
+        self.served_identity: str | None = None
+        self.name = self.base_url  # until identified
+        self._identify_lock = threading.Lock()
+        self._logprobs_checked = False
 
     @property
     def model(self) -> str:
-        """The served model's name (asked once from /v1/models when not configured)."""
+        """The served model's name (chosen once by `identify`)."""
         if self._model is None:
-            data = self._call("GET", "/v1/models", None).get("data") or []
-            if not data:
-                raise RlcycleError(
-                    f"{self.base_url}/v1/models lists no model", hint="pass HTTPPolicyConfig(model=NAME)"
-                )
-            self._model = str(data[0]["id"])
-            self.name = self._model
+            self.identify()
+        assert self._model is not None
         return self._model
+
+    def identify(self) -> HTTPPolicy:
+        """Choose the model and name what it serves (module docstring, "What is served")."""
+        with self._identify_lock:
+            if self._model is None:
+                found = served.identify(self, self.config.model, self.checkpoint)
+                self.checkpoint_id, self.served_identity = found.checkpoint_id, found.identity
+                self.policy_version = self.config.policy_version or found.checkpoint_id or found.model
+                self.name = self.policy_version
+                self._model = found.model
+                if self.config.policy_version is None and found.checkpoint_id is None:
+                    from rlcycle import console
+
+                    console.warn(
+                        f"{self.base_url}: {found.model!r} is no checkpoint rlcycle knows (no readable root, "
+                        "no registry id): events log it as the policy_version, which train's staleness check "
+                        f"does not know; pass --set policy_versions={found.model} to train, or serve a checkpoint"
+                    )
+        return self
+
+    def _check_logprobs_once(self, model: str) -> None:
+        """Refuse a server whose logprobs at T != 1 are the raw model's (module docstring)."""
+        with self._identify_lock:
+            if self._logprobs_checked:
+                return
+            processed = served.logprobs_processed(self, model)
+            self._logprobs_checked = True
+        if processed is None:
+            from rlcycle import console
+
+            console.warn(
+                f"{self.base_url}: cannot check which logprobs it returns at T != 1 (it does not score prompts "
+                "with echo); they must be those after temperature for train's IS correction"
+            )
+        elif not processed:
+            self._logprobs_checked = False
+            raise InputError(
+                f"{self.base_url} returns the raw model's logprobs (T = 1) for samples drawn at T != 1: train "
+                "would correct for the wrong behaviour distribution",
+                hint="start vLLM with --logprobs-mode processed_logprobs (`rlcycle serve --engine vllm` does), "
+                "or sample at temperature 1",
+            )
+
+    def get(self, path: str) -> dict[str, Any]:
+        """GET an API path (e.g. /v1/models), with the key and retries of every request."""
+        return self._call("GET", path, None)
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", path, body)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -94,6 +191,8 @@ class HTTPPolicy:
         check_prompts(prompts)
         plist = per_prompt(params, len(prompts))
         model = self.model
+        if self.config.check_logprobs and any(sp.temperature not in (0.0, 1.0) for sp in plist):
+            self._check_logprobs_once(model)
         futures = [self._pool.submit(self._one, model, p, sp) for p, sp in zip(prompts, plist, strict=True)]
         return [f.result() for f in futures]
 

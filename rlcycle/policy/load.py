@@ -2,6 +2,7 @@
 
     load_policy("runs/demo/policy")          # a model directory -> in-process HFPolicy
     load_policy("http://127.0.0.1:8000")     # an OpenAI-compatible server -> HTTPPolicy
+    load_policy("http://127.0.0.1:8000#production")  # ... asking for that model or alias's adapter
 
 Registry aliases (`registry:production`) are resolved by the registry module into a directory
 before they reach this function.
@@ -18,12 +19,16 @@ from rlcycle.policy.base import Policy
 
 def load_policy(spec: str | Path, **options: Any) -> Policy:
     """A directory → `HFPolicy` (options: HFPolicyConfig fields); http(s)://… → `HTTPPolicy`
-    (options: HTTPPolicyConfig fields)."""
+    (options: HTTPPolicyConfig fields; `http://host:port#MODEL` sets `model`: a served name, or a
+    registry alias / checkpoint whose adapter the server must list, rlcycle/policy/served.py)."""
     text = str(spec)
     if text.startswith(("http://", "https://")):
         from rlcycle.policy.http import HTTPPolicy, HTTPPolicyConfig
 
-        return HTTPPolicy(text, _config(HTTPPolicyConfig, options, text))
+        url, _, model = text.partition("#")  # `URL#MODEL`: HTTPPolicyConfig.model, for one reference
+        if model:
+            options = {**options, "model": model}
+        return HTTPPolicy(url, _config(HTTPPolicyConfig, options, text))
     path = Path(text)
     if path.is_dir():
         from rlcycle.policy.hf import HFPolicy, HFPolicyConfig

@@ -10,6 +10,9 @@ A reference is one of:
 - a checkpoint directory.
 The `name` recorded in events and eval results is the checkpoint id when there is one (so
 collect's `policy_version` is the content hash of what served), else the reference itself.
+A server's is what it serves (`HTTPPolicy.identify`: the served checkpoint's id, else the
+served model's name; never the URL), and `run_key` adds the server's identity hash, so run
+and event ids differ when something else answers behind the same URL.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class ResolvedPolicy:
     name: str
     checkpoint_id: str | None
     path: Path | None
+    run_key: str | None = None  # what run ids derive from, when not `name` (a server's identity)
 
 
 def resolve_policy(
@@ -51,8 +55,17 @@ def resolve_policy(
 
         return ResolvedPolicy(scripted.make(ref, tokenizer), ref, None, None)
     if ref.startswith(("http://", "https://")):
-        return ResolvedPolicy(load_policy(ref, **options), ref, None, None)
+        registry_dir = str(registry) if registry is not None else None
+        policy = load_policy(ref, **{"registry": registry_dir, **options}).identify()
+        return ResolvedPolicy(policy, policy.name, policy.checkpoint_id, None, run_key(policy))
     path = checkpoint_dir(ref, registry)
     cid = checkpoint_id(path)
     options = {"prefix_cache_tokens": prefix_cache_tokens, **options}
     return ResolvedPolicy(load_policy(path, **options), cid, cid, path)
+
+
+def run_key(policy: Any) -> str | None:
+    """`<policy_version>@<served identity>` for a server (None for anything else): what run
+    ids of episodes sampled from it derive from (rlcycle/policy/served.py)."""
+    identity = getattr(policy, "served_identity", None)
+    return f"{policy.name}@{identity}" if identity else None

@@ -101,6 +101,11 @@ class ServeConfig:
         False,
         help="Serve vLLM's runtime LoRA API (/v1/load_lora_adapter, /v1/unload_lora_adapter; needs peft).",
     )
+    root: str | None = cfg(
+        None,
+        help="Model directory listed as the base's `root` in /v1/models, as vLLM lists its --model "
+        "(clients name the served checkpoint by it; rlcycle/policy/served.py).",
+    )
 
 
 class BadRequest(Exception):
@@ -513,6 +518,8 @@ def _handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
                     "owned_by": "rlcycle",
                     "max_model_len": getattr(server.policy, "max_length", None),
                 }
+                if server.config.root:
+                    model["root"] = server.config.root
                 return self._send(200, {"object": "list", "data": [model, *server.adapters.cards(server.name)]})
             return self._error(404, f"no route {self.path}")
 

@@ -83,8 +83,14 @@ def pin_policy(ref: str, registry: str | Path | None = None) -> tuple[str, str, 
     registry directory aliases resolve in, as for `resolve_policy`."""
     from rlcycle.policy.registry import checkpoint_dir, checkpoint_id
 
-    if ref.startswith(("scripted:", "http://", "https://")):
+    if ref.startswith("scripted:"):
         return ref, ref, None
+    if ref.startswith(("http://", "https://")):  # what the server serves names it, not the URL
+        from rlcycle.policy.resolve import resolve_policy
+
+        resolved = resolve_policy(ref, registry=registry)
+        resolved.policy.close()
+        return ref, resolved.name, resolved.checkpoint_id
     path = checkpoint_dir(ref, registry)
     cid = checkpoint_id(path)
     return str(path.resolve()), cid, cid

@@ -155,10 +155,12 @@ def run(
         )
     started = time.monotonic()
     task_list = _load_tasks(tasks)
-    spec, name = _policy_spec(policy, config, registry)
+    spec, name, key = _policy_spec(policy, config, registry)
     progress = Progress("simulate", quiet=quiet)
     runner = config.runner
     n = config.episodes or len(task_list)
+    if key is not None and not runner.run_id:  # a server: ids derive from what it serves, not its URL
+        runner.run_id = run_id_for(key, config.seed, runner, task_list, True, config.user())
     try:
         with _event_sink(out) as sink, open_executor(config.rollout, min(config.sandboxes, n)) as ex:
             writer = _OrderedWriter(sink)
@@ -259,9 +261,12 @@ def _load_tasks(tasks: Any) -> list:
     return task_list
 
 
-def _policy_spec(policy: Any, config: SimulateConfig, registry: str | Path | None = None) -> tuple[PolicySpec, str]:
-    """The policy as the executor needs it, and its name. Locally it is loaded here; Ray
-    workers load their own copies from the reference, so only its name is read here."""
+def _policy_spec(
+    policy: Any, config: SimulateConfig, registry: str | Path | None = None
+) -> tuple[PolicySpec, str, str | None]:
+    """The policy as the executor needs it, its name, and the run key of a server (its
+    identity; rlcycle/policy/resolve.py). Locally it is loaded here; Ray workers load their
+    own copies from the reference, so only its name is read here."""
     if config.rollout.executor == "ray":
         from rlcycle.rollout.executor import pin_policy
 
@@ -275,14 +280,25 @@ def _policy_spec(policy: Any, config: SimulateConfig, registry: str | Path | Non
                 f"policy {str(policy)!r} comes without a tokenizer",
                 hint="pass --tokenizer DIR: the tokenizer of the served model",
             )
+        if str(policy).startswith(("http://", "https://")):  # named by what it serves (asked here once)
+            from rlcycle.policy.resolve import resolve_policy
+
+            probe = resolve_policy(str(policy), registry=registry)
+            probe.policy.close()
+            return PolicySpec(str(policy), config.tokenizer), probe.name, probe.run_key
         ref, name, _ = pin_policy(str(policy), registry)
-        return PolicySpec(ref, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens), name
+        return PolicySpec(ref, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens), name, None
     policy_obj, name = _load_policy(policy, config.tokenizer, config.prefix_cache_tokens, registry)
-    return PolicySpec(None, config.tokenizer, policy_obj, _renderer(policy_obj, config.tokenizer)), name
+    from rlcycle.policy.resolve import run_key
+
+    spec = PolicySpec(None, config.tokenizer, policy_obj, _renderer(policy_obj, config.tokenizer))
+    return spec, name, run_key(policy_obj)
 
 
 def _load_policy(policy: Any, tokenizer: str | None, prefix_cache_tokens: int, registry: Any) -> tuple[Any, str]:
     if not isinstance(policy, (str, Path)):
+        if hasattr(policy, "identify"):  # an HTTPPolicy object: named by what it serves
+            policy.identify()
         return policy, str(getattr(policy, "name", type(policy).__name__))
     from rlcycle.policy.resolve import resolve_policy
 

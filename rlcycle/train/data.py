@@ -485,6 +485,7 @@ class Batch:
     tokens: int  # real tokens in the pass (a shared prefix counted once per row)
     slots: int  # tokens + padding (B x L when nothing is shared)
     prefix_ids: object | None = None  # LongTensor [P]: the shared prefix (prefix.py), None if none
+    row: object | None = None  # LongTensor [T]: the sequence (0..rows-1 of this pass) of each token
 
 
 def collate(
@@ -557,4 +558,5 @@ def collate(
         tokens=0 if dummy else int(tokens),
         slots=0 if dummy else int(tokens + padding),
         prefix_ids=t(np.ascontiguousarray(ex.prompt.row(rows[0])[:cut]).astype(np.int64)) if shared else None,
+        row=t(np.concatenate([np.full(len(c), i, np.int64) for i, c in enumerate(c_rows)])),
     )

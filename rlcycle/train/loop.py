@@ -238,6 +238,7 @@ class Trainer:
             coef=batch.coef.to(dev),
             mask=batch.mask.to(dev),
             ref_logp=ref,
+            row=batch.row.to(dev) if batch.row is not None else None,
         )
 
     def _accumulate(self, plan: D.StepPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -81,6 +81,7 @@ the IS-safeguard fraction, and k3 to the base policy when KL is on.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -104,8 +105,15 @@ SUM_STATS = (
     "clip_high",  # tokens where the PPO clip stopped a push up (A > 0, r > 1+ε_hi)
     "is_clipped",  # tokens truncated (r > C) or masked (r outside [F, C]) by the IS safeguard
     "kl_ref",  # Σ k3 to the base policy (0 when KL is off)
+    # Per sequence i: ρ_i = Σ_t m_t log r_t, the log of the sequence-level ratio e^ρ_i that a
+    # sequence-level IS weight would use. Token-level mismatch_kl hides how token noise adds up
+    # along a sequence: bf16 serving (|Δ| ~0.04 per token) spans e^ρ ~0.3-2 over 64 tokens.
+    "seqs",  # sequences with at least one loss token
+    "seq_log_ratio",  # Σ_i ρ_i
+    "seq_log_ratio_sq",  # Σ_i ρ_i²
 )
-MAX_STATS = ("ratio_max", "neg_ratio_min")  # reduced with max; min r = -max(-r)
+# reduced with max; min r = -max(-r)
+MAX_STATS = ("ratio_max", "neg_ratio_min", "seq_log_ratio_max", "neg_seq_log_ratio_min")
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,7 @@ class TokenBatch:
     coef: torch.Tensor  # c_t = m_t · w_i · ν_i (0 on masked tokens)
     mask: torch.Tensor  # m_t as float (1 = loss token)
     ref_logp: torch.Tensor | None = None  # ℓ^ref_t when KL is on
+    row: torch.Tensor | None = None  # int64: the sequence (0..n-1 in this batch) of each token
 
 
 def kl_estimate(delta: torch.Tensor, estimator: str, log_r: torch.Tensor | None = None) -> torch.Tensor:
@@ -226,6 +235,7 @@ def micro_loss(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tens
         m = b.mask
         r, log_r = f["r"], f["log_r"]
         on = m > 0
+        rho = sequence_log_ratios(b, torch.where(on, log_r, torch.zeros_like(log_r)))
         k3_ref = torch.zeros_like(r)
         if b.ref_logp is not None:  # on loss tokens only (a masked token's k3 may be inf)
             k3_ref = torch.where(on, kl_estimate(torch.where(on, b.logp.detach() - b.ref_logp, 0.0), "k3"), 0.0)
@@ -243,6 +253,7 @@ def micro_loss(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tens
                 (m * f["clip_high"]).sum(),
                 (m * f["is_clipped"]).sum(),
                 (m * k3_ref).sum(),
+                *_seq_sums(rho),
             ]
         )
         big = torch.tensor(float("-inf"), dtype=r.dtype, device=r.device)
@@ -250,9 +261,25 @@ def micro_loss(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tens
             [
                 torch.where(on, r, big).max() if r.numel() else big,
                 torch.where(on, -r, big).max() if r.numel() else big,
+                rho.max() if rho.numel() else big,
+                (-rho).max() if rho.numel() else big,
             ]
         )
     return loss, sums.float(), maxes.float()
+
+
+def sequence_log_ratios(b: TokenBatch, log_r: torch.Tensor) -> torch.Tensor:
+    """ρ_i = Σ_t m_t log r_t of every sequence with a loss token (empty without `row`)."""
+    if b.row is None or not b.row.numel():
+        return log_r.new_zeros(0)
+    n = int(b.row.max()) + 1
+    rho = log_r.new_zeros(n).index_add_(0, b.row, b.mask * log_r)
+    has = log_r.new_zeros(n).index_add_(0, b.row, b.mask) > 0
+    return rho[has]
+
+
+def _seq_sums(rho: torch.Tensor) -> list[torch.Tensor]:
+    return [rho.new_tensor(float(rho.numel())), rho.sum(), (rho * rho).sum()]
 
 
 def summarize(sums: torch.Tensor, maxes: torch.Tensor) -> dict[str, float | None]:
@@ -278,4 +305,20 @@ def summarize(sums: torch.Tensor, maxes: torch.Tensor) -> dict[str, float | None
         "clip_frac": (s["clip_low"] + s["clip_high"]) / n,
         "is_frac": s["is_clipped"] / n,
         "kl_ref": s["kl_ref"] / n,
+        **_seq_ratio(s, mx),
+    }
+
+
+def _seq_ratio(s: dict[str, float], mx: dict[str, float]) -> dict[str, float | None]:
+    """The spread of the sequence-level ratios e^ρ_i: min, max, and the std of ρ."""
+    k = s["seqs"]
+    if k <= 0:
+        return {"seq_ratio_min": None, "seq_ratio_max": None, "seq_log_ratio_std": None}
+    mean = s["seq_log_ratio"] / k
+    var = max(0.0, s["seq_log_ratio_sq"] / k - mean * mean)
+    clamp = lambda x: math.exp(max(-LOG_RATIO_CLAMP, min(LOG_RATIO_CLAMP, x)))  # noqa: E731
+    return {
+        "seq_ratio_min": clamp(-mx["neg_seq_log_ratio_min"]),
+        "seq_ratio_max": clamp(mx["seq_log_ratio_max"]),
+        "seq_log_ratio_std": math.sqrt(var),
     }

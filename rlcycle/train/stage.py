@@ -69,6 +69,9 @@ TRAIN_METRICS_SCHEMA = pa.schema(
         ("ratio_max", _F),
         ("log_ratio_mean", _F),
         ("mismatch_kl", _F),
+        ("seq_ratio_min", _F),
+        ("seq_ratio_max", _F),
+        ("seq_log_ratio_std", _F),
         ("ess", _F),
         ("clip_frac", _F),
         ("clip_frac_low", _F),
@@ -232,6 +235,8 @@ def _train(
                 "from another checkpoint, with tempered logprobs (use_sample_temperature), or "
                 "another tokenizer/template?"
             )
+        if k == 0 and acc.is_main_process and not quiet:
+            _warn_sequence_spread(row)
         progress.update(
             step=f"{k + 1}/{schedule.n_steps}",
             loss=_g(row["loss"]),
@@ -439,6 +444,7 @@ def summarize_run(rows: list[dict], ex: D.Examples) -> dict[str, Any]:
         "loss",
         "ratio_mean",
         "mismatch_kl",
+        "seq_log_ratio_std",
         "ess",
         "clip_frac",
         "is_frac",
@@ -449,9 +455,28 @@ def summarize_run(rows: list[dict], ex: D.Examples) -> dict[str, Any]:
     ):
         vals = [r[key] for r in ok if r.get(key) is not None]
         out[f"{key}_mean"] = sum(vals) / len(vals) if vals else None
+    for key in ("seq_ratio_min", "seq_ratio_max", "seq_log_ratio_std"):  # step 1: the serving mismatch itself
+        out[f"{key}_first"] = ok[0].get(key) if ok else None
     out["loss_first"] = ok[0]["loss"] if ok else None
     out["loss_last"] = ok[-1]["loss"] if ok else None
     return out
+
+
+SEQ_RATIO_WARN = 2.0  # step 1: warn when some sequence's e^Σlog r is beyond [1/2, 2]
+
+
+def _warn_sequence_spread(row: dict) -> None:
+    """At step 1 the policy has not moved, so the sequence-level ratios are the sampler's
+    mismatch alone; a bf16 server spreads them to ~0.3-2 over 64 tokens (docs/vllm.md)."""
+    lo, hi = row.get("seq_ratio_min"), row.get("seq_ratio_max")
+    if lo is None or hi is None or (hi <= SEQ_RATIO_WARN and lo >= 1 / SEQ_RATIO_WARN):
+        return
+    console.warn(
+        f"step 1: the sequence-level ratios e^Σlog r span {lo:.3g}-{hi:.3g} before any update "
+        f"(token mismatch KL {_g(row.get('mismatch_kl'))}): the sampler's logprobs drift from this "
+        "trainer's along sequences (e.g. a bfloat16 server). The per-token IS correction "
+        "(is_mode=truncate) bounds it; serve in float32 to remove it (docs/vllm.md)"
+    )
 
 
 def _fingerprint(config: TrainConfig, data_hashes: list[dict], base_id: str, world: int) -> str:
@@ -505,6 +530,8 @@ def format_summary(r: TrainResult) -> str:
         f"  loss           first {_g(s.get('loss_first'))}, last {_g(s.get('loss_last'))}",
         f"  off-policy     ratio {_g(s.get('ratio_mean_mean'))}, mismatch KL {_g(s.get('mismatch_kl_mean'))}, "
         f"ESS {_g(s.get('ess_mean'))}, clip {_g(s.get('clip_frac_mean'))}, IS-capped {_g(s.get('is_frac_mean'))}",
+        f"  sequence ratio e^Σlog r at step 1: {_g(s.get('seq_ratio_min_first'))}-{_g(s.get('seq_ratio_max_first'))} "
+        f"(std of Σlog r {_g(s.get('seq_log_ratio_std_first'))}; docs/vllm.md: bf16 serving)",
         f"  checkpoint     {r.output} (id {_short(r.checkpoint_id)}, parent {_short(r.parent_id)})",
         f"  metrics        {r.metrics_path}",
     ]

@@ -1,0 +1,151 @@
+"""What a server serves names the data: policy_version, the adapter asked for, run ids.
+
+Real `rlcycle serve` servers on loopback (the tiny model in-process, float32 and bfloat16, a
+second model under the same name, a real peft adapter hot-loaded through the runtime LoRA
+API); the same rules run against a real vLLM in tests/test_vllm.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+
+import pytest
+
+from rlcycle.errors import InputError, RlcycleError
+from rlcycle.policy.base import SamplingParams
+from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
+from rlcycle.policy.http import HTTPPolicy
+from rlcycle.policy.load import load_policy
+from rlcycle.policy.registry import Registry, checkpoint_id
+from rlcycle.policy.resolve import resolve_policy
+from rlcycle.policy.serve import PolicyServer, ServeConfig
+from rlcycle.policy.served import adapter_name
+
+PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+PARAMS = SamplingParams(max_new_tokens=6, temperature=1.0, seed=4)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """a, b: two tiny models; lora: a checkpoint of a with a real peft adapter in OUT/adapter."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rlcycle.model_init import init_model
+
+    root = tmp_path_factory.mktemp("served")
+    init_model(root / "a", seed=0)
+    init_model(root / "b", seed=1)
+    lora = root / "lora"
+    shutil.copytree(root / "a", lora)
+    torch.manual_seed(3)
+    pm = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(root / "a"), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
+    )
+    for n, p in pm.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0, 0.5)
+    pm.save_pretrained(lora / "adapter")
+    meta = json.loads((lora / "rlcycle.json").read_text())
+    meta["id"] = "sha256:" + "ab" * 32  # its own checkpoint id
+    (lora / "rlcycle.json").write_text(json.dumps(meta))
+    return {k: root / k for k in ("a", "b", "lora")}
+
+
+def _server(path, dtype="float32", root=True, **kw):
+    policy = HFPolicy.from_pretrained(path, HFPolicyConfig(device="cpu", dtype=dtype, num_threads=1))
+    return PolicyServer(policy, ServeConfig(port=0, name="m", root=str(path) if root else None, **kw))
+
+
+def _identify(ref: str) -> HTTPPolicy:
+    p = load_policy(ref)
+    try:
+        return p.identify()
+    finally:
+        p.close()
+
+
+def test_policy_version_is_the_served_checkpoint_never_the_url(models):
+    with _server(models["a"]) as srv:
+        p = _identify(srv.url)
+        cid = checkpoint_id(models["a"])
+        assert (p.model, p.policy_version, p.checkpoint_id, p.name) == ("m", cid, cid, cid)
+        r = resolve_policy(srv.url + "/v1")
+        r.policy.close()
+        assert r.name == cid and r.checkpoint_id == cid and r.run_key == f"{cid}@{p.served_identity}"
+        # the same server answers the same identity again
+        assert _identify(srv.url).served_identity == p.served_identity
+
+
+def test_a_name_no_checkpoint_stands_behind_is_logged_as_that_name_with_a_warning(models, capsys):
+    with _server(models["a"], root=False) as srv:
+        p = _identify(srv.url)
+    assert p.policy_version == "m" and p.checkpoint_id is None and srv.url not in p.policy_version
+    assert "staleness check" in capsys.readouterr().err
+
+
+def test_another_server_behind_the_same_name_has_another_identity(models):
+    ids = {}
+    for key, path, dtype in (("a32", "a", "float32"), ("a16", "a", "bfloat16"), ("b32", "b", "float32")):
+        with _server(models[path], dtype=dtype, root=False) as srv:
+            ids[key] = _identify(srv.url).served_identity
+    assert len(set(ids.values())) == 3, ids  # dtype and weights both show, under one name and no root
+
+
+def test_an_alias_is_served_by_its_adapter_or_refused_with_the_fix(models):
+    reg = Registry()
+    from rlcycle.policy.registry import Entry
+
+    with reg.locked():
+        cid = reg.add(models["lora"])
+        reg.commit({"production": cid}, Entry("promote", "production", cid, None))
+    name = adapter_name(cid)
+    with _server(models["a"], enable_lora=True) as srv:
+        with pytest.raises(RlcycleError) as e:
+            _identify(srv.url + "#production")  # via load_policy's URL#MODEL
+        assert name in e.value.message and "python -m rlcycle.deploy.vllm" in e.value.hint
+        body = json.dumps({"lora_name": name, "lora_path": str(models["lora"] / "adapter")}).encode()
+        req = urllib.request.Request(srv.url + "/v1/load_lora_adapter", data=body, method="POST")
+        urllib.request.urlopen(req, timeout=60).read()
+        p = load_policy(srv.url + "#production").identify()
+        base = HTTPPolicy(srv.url).identify()
+        try:
+            assert (p.model, p.policy_version) == (name, cid)
+            # what is sampled is the adapter's: its logprobs are not the base's
+            served, plain = p.generate(PROMPTS, PARAMS), base.generate(PROMPTS, PARAMS)
+            assert served[0].logprobs != plain[0].logprobs
+            assert base.policy_version == checkpoint_id(models["a"])
+        finally:
+            p.close()
+            base.close()
+
+
+def test_a_name_that_is_neither_listed_nor_known_names_what_is_listed(models):
+    with _server(models["a"]) as srv:
+        with pytest.raises(InputError, match="listed: m"):
+            _identify(srv.url + "#nope")
+
+
+def test_sampling_at_t_not_1_checks_once_that_logprobs_are_processed(models, capsys):
+    from rlcycle.agent.scripted import ReplayPolicy
+    from rlcycle.policy.served import logprobs_processed
+
+    with _server(models["a"]) as srv:  # rlcycle serve: the logprobs of the sampling distribution
+        p = load_policy(srv.url)
+        try:
+            assert logprobs_processed(p, p.model) is True
+            p.generate(PROMPTS, SamplingParams(max_new_tokens=4, temperature=0.7, seed=1))
+            assert p._logprobs_checked
+        finally:
+            p.close()
+    # a server that cannot score prompts (a scripted one) cannot be checked: said, not refused
+    with PolicyServer(ReplayPolicy(str(models["a"]), ["hi"]), ServeConfig(port=0)) as srv:
+        p = load_policy(srv.url)
+        try:
+            p.generate(PROMPTS[:1], SamplingParams(max_new_tokens=4, temperature=0.7, seed=1))
+        finally:
+            p.close()
+    assert "cannot check which logprobs" in capsys.readouterr().err

