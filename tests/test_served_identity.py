@@ -8,8 +8,10 @@ API); the same rules run against a real vLLM in tests/test_vllm.py.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -60,8 +62,8 @@ def _server(path, dtype="float32", root=True, **kw):
     return PolicyServer(policy, ServeConfig(port=0, name="m", root=str(path) if root else None, **kw))
 
 
-def _identify(ref: str) -> HTTPPolicy:
-    p = load_policy(ref)
+def _identify(ref: str, **options) -> HTTPPolicy:
+    p = load_policy(ref, **options)
     try:
         return p.identify()
     finally:
@@ -96,7 +98,8 @@ def test_another_server_behind_the_same_name_has_another_identity(models):
 
 
 def test_an_alias_is_served_by_its_adapter_or_refused_with_the_fix(models):
-    reg = Registry()
+    root = Path(os.environ["RLCYCLE_HOME"]) / "registry"
+    reg = Registry(root)
     from rlcycle.policy.registry import Entry
 
     with reg.locked():
@@ -105,12 +108,12 @@ def test_an_alias_is_served_by_its_adapter_or_refused_with_the_fix(models):
     name = adapter_name(cid)
     with _server(models["a"], enable_lora=True) as srv:
         with pytest.raises(RlcycleError) as e:
-            _identify(srv.url + "#production")  # via load_policy's URL#MODEL
+            _identify(srv.url + "#production", registry=str(root))  # via load_policy's URL#MODEL
         assert name in e.value.message and "python -m rlcycle.deploy.vllm" in e.value.hint
         body = json.dumps({"lora_name": name, "lora_path": str(models["lora"] / "adapter")}).encode()
         req = urllib.request.Request(srv.url + "/v1/load_lora_adapter", data=body, method="POST")
         urllib.request.urlopen(req, timeout=60).read()
-        p = load_policy(srv.url + "#production").identify()
+        p = load_policy(srv.url + "#production", registry=str(root)).identify()
         base = HTTPPolicy(srv.url).identify()
         try:
             assert (p.model, p.policy_version) == (name, cid)

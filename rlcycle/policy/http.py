@@ -183,6 +183,14 @@ class HTTPPolicy:
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._call("POST", path, body)
 
+    def completion(self, model: str, prompt: list[int], sp: SamplingParams, **extra: Any) -> dict[str, Any]:
+        """One raw /v1/completions response for `model` (extra body keys, e.g. echo=True)."""
+        return self.post("/v1/completions", {**request_body(model, prompt, sp), **extra})
+
+    def sample_one(self, model: str, prompt: list[int], sp: SamplingParams) -> Generation:
+        """One sample of `model` with token ids and logprobs (the probes of rlcycle.policy.served)."""
+        return parse_choice(self.completion(model, prompt, sp), self.base_url)
+
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 

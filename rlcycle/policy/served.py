@@ -148,11 +148,9 @@ def _registry_id(short: str, registry: str | None) -> str | None:
 def _identity(policy: Any, entry: dict[str, Any], cid: str | None) -> str:
     """A hash of the listed entry and of the served probe (module docstring)."""
     from rlcycle.policy.base import SamplingParams
-    from rlcycle.policy.http import parse_choice, request_body
 
-    body = request_body(str(entry["id"]), PROBE_IDS, SamplingParams(max_new_tokens=8, temperature=1.0, seed=0))
     try:
-        gen = parse_choice(policy.post("/v1/completions", body), policy.base_url)
+        gen = policy.sample_one(str(entry["id"]), PROBE_IDS, SamplingParams(max_new_tokens=8, temperature=1.0, seed=0))
     except RlcycleError as e:
         raise RlcycleError(
             f"{policy.base_url}: the identity probe (8 tokens sampled after {len(PROBE_IDS)} token ids) failed: {e}",
@@ -178,20 +176,14 @@ def logprobs_processed(policy: Any, model: str) -> bool | None:
     temperature), False when they are the raw model's, None when it cannot be told (the server
     does not score prompts with echo)."""
     from rlcycle.policy.base import SamplingParams
-    from rlcycle.policy.http import parse_choice, request_body
 
     n = len(PROBE_IDS)
-    sampled = parse_choice(
-        policy.post(
-            "/v1/completions",
-            request_body(model, PROBE_IDS, SamplingParams(max_new_tokens=16, temperature=CHECK_T, seed=0)),
-        ),
-        policy.base_url,
-    )
-    body = request_body(model, PROBE_IDS + sampled.token_ids, SamplingParams(max_new_tokens=1, temperature=1.0))
-    body["echo"] = True
+    sampled = policy.sample_one(model, PROBE_IDS, SamplingParams(max_new_tokens=16, temperature=CHECK_T, seed=0))
     try:
-        lp = policy.post("/v1/completions", body)["choices"][0]["logprobs"]["token_logprobs"]
+        resp = policy.completion(
+            model, PROBE_IDS + sampled.token_ids, SamplingParams(max_new_tokens=1, temperature=1.0), echo=True
+        )
+        lp = resp["choices"][0]["logprobs"]["token_logprobs"]
         raw = [float(v) for v in lp[n : n + len(sampled.token_ids)]]
     except (RlcycleError, KeyError, IndexError, TypeError, ValueError):
         return None
