@@ -66,8 +66,9 @@ def test_reference_via_cli_json_summary_files_and_determinism(cli, suite_dir, tm
     assert summary["clarification_rate"] == 0.5 and summary["invalid_call_rate"] == 0.0
     events = read_events(out)
     assert len(events) == summary["events"] and len({e["event_id"] for e in events}) == len(events)
-    assert (out.parent / ".events.jsonl.config.json").exists()  # a dot file: `collect DIR` skips it
-    assert json.loads((out.parent / ".events.jsonl.config.json").read_text())["seed"] == 7
+    # OUT.config.json, as collect and distill save theirs (no hidden file)
+    assert not (out.parent / ".events.jsonl.config.json").exists()
+    assert json.loads((out.parent / "events.jsonl.config.json").read_text())["seed"] == 7
     # Sessions in job order: task i mod 2, attempt i div 2.
     sessions = list(dict.fromkeys(e["session_id"] for e in events))
     assert [s.split("-", 2)[2] for s in sessions] == ["calc-add-a0", "greet-a0", "calc-add-a1", "greet-a1"]
@@ -80,13 +81,14 @@ def test_reference_via_cli_json_summary_files_and_determinism(cli, suite_dir, tm
         return [{k: v for k, v in e.items() if k != "prompt_ids" or e["turn"] == 0} for e in scrub(evs)]
 
     assert stable(read_events(again)) == stable(events)
-    # ... and collect reads the directory (config dot file skipped) without a complaint.
+    # ... and collect reads the directory (its config sidecar skipped and counted) without a complaint.
     traj = tmp_path / "traj.arrow"
     r = cli(["collect", out.parent, "-o", traj, "--as-of", "2026-12-02T12:00:00Z", "--json", "-q"])
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
     n_samples = sum(e["type"] == "completion" for e in events)
     assert (got["samples_out"], got["quarantined"], got["held_back_samples"]) == (n_samples, 0, 0)
+    assert got["files"] == 1 and [s["file"] for s in got["skipped"]] == [str(out) + ".config.json"]
 
 
 @pytest.mark.docker
@@ -163,3 +165,4 @@ def test_events_stream_to_stdout_into_collect(cli, suite_dir, tmp_path, docker_c
     traj = tmp_path / "t.arrow"
     c = cli(["collect", "-", "-o", traj, "--json", "-q", "--as-of", "2026-12-02T00:00:00Z"], input=r.stdout.encode())
     assert c.exit_code == 0 and json.loads(c.stdout)["samples_out"] == 2
+
