@@ -4,6 +4,12 @@ sandboxes, the events read back by `rlcycle collect`, the CLI's output and error
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
 
 import pytest
 from test_runner import make_suite, scrub
@@ -166,3 +172,38 @@ def test_events_stream_to_stdout_into_collect(cli, suite_dir, tmp_path, docker_c
     c = cli(["collect", "-", "-o", traj, "--json", "-q", "--as-of", "2026-12-02T00:00:00Z"], input=r.stdout.encode())
     assert c.exit_code == 0 and json.loads(c.stdout)["samples_out"] == 2
 
+
+@pytest.mark.docker
+def test_a_killed_simulate_leaves_no_temp_file_after_the_rerun(suite_dir, tmp_path, docker_client):
+    """kill -9 mid-log (the deterministic crash point after a session is written) leaves the
+    temp log; the rerun removes it (its writer is dead) and only it: a live writer's temp, a
+    dead writer's on another host and another output's temp stay."""
+    from rlcycle.sandbox import cleanup
+
+    out = tmp_path / "run" / "simulate" / "events.jsonl"
+    cmd = [sys.executable, "-m", "rlcycle", "simulate", "-p", "scripted:reference", "-t", str(suite_dir)]
+    cmd += ["-n", "4", "--sandboxes", "1", "--seed", "3", "-q", "-o", str(out)]
+    killed = subprocess.Popen(cmd, env=dict(os.environ, RLCYCLE_CRASH_AT="simulate:session-written"))
+    try:
+        assert killed.wait(timeout=300) == -signal.SIGKILL  # the crash point was reached
+        [left] = [p.name for p in out.parent.iterdir()]
+        assert left.startswith(".events.jsonl.") and left.endswith(".tmp") and not out.exists()
+        host = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())  # as temp names carry it
+        keep = [
+            f".events.jsonl.{host}-{os.getpid()}.abcdefgh.tmp",  # a live writer (this process)
+            f".events.jsonl.elsewhere-{killed.pid}.abcdefgh.tmp",  # another host's
+            f".other.jsonl.{host}-{killed.pid}.abcdefgh.tmp",  # another output's
+        ]
+        for name in keep:
+            (out.parent / name).write_text("")
+        rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stderr
+        assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".")) == sorted(keep)
+        sessions = {e["session_id"] for e in read_events(out)}
+        assert len(sessions) == 4
+    finally:
+        killed.kill()
+        mine = f":{killed.pid}"  # the killed run's workspace volumes: nobody else removes them
+        for x in cleanup.list_leftovers(docker_client):
+            if x.owner.endswith(mine):
+                cleanup.remove(docker_client, x.kind, x.name)
