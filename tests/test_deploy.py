@@ -91,8 +91,8 @@ def test_force_is_recorded_and_canary_keeps_production(cli, ckpts, tmp_path):
 
 
 def test_verdict_for_another_checkpoint_is_refused(cli, ckpts, tmp_path):
-    r = cli(["deploy", ckpts[0], "--verdict", verdict(tmp_path, candidate_id="sha256-other")])
-    assert r.exit_code == 2 and "is for checkpoint sha256-other" in r.error
+    r = cli(["deploy", ckpts[0], "--verdict", verdict(tmp_path, candidate_id="sha256:other")])
+    assert r.exit_code == 2 and "is for checkpoint sha256:other" in r.error
 
 
 def test_failing_command_hook_moves_the_alias_back(cli, ckpts, tmp_path):
@@ -291,7 +291,7 @@ def test_deploy_help_names_the_env_var_the_gateway_reads(cli):
     assert "RLCYCLE_GATEWAY_KEY" not in text
 
 
-def test_deploy_reloads_a_real_gateway_with_the_key_from_its_env_var(cli, tmp_path, monkeypatch):
+def test_deploy_reloads_a_real_gateway_with_the_key_from_its_env_var(cli, tmp_path, monkeypatch, rlcycle_home):
     """deploy --hook-api-key-env RLCYCLE_GATEWAY_API_KEY against a gateway keyed with that same
     variable: the reload is authorised and the gateway serves the new checkpoint."""
     from rlcycle import model_init
@@ -303,7 +303,11 @@ def test_deploy_reloads_a_real_gateway_with_the_key_from_its_env_var(cli, tmp_pa
     monkeypatch.setenv("RLCYCLE_GATEWAY_API_KEY", "s3cret")
     running = start(
         GatewayConfig(
-            log_dir=str(tmp_path / "logs"), port=0, api_key=os.environ["RLCYCLE_GATEWAY_API_KEY"], watch_interval_s=0
+            registry=str(rlcycle_home / "registry"),
+            log_dir=str(tmp_path / "logs"),
+            port=0,
+            api_key=os.environ["RLCYCLE_GATEWAY_API_KEY"],
+            watch_interval_s=0,
         )
     )
     try:
