@@ -1,4 +1,4 @@
-"""Reading and writing rlcycle artifacts by path or `-` (CONVENTIONS.md §7–8).
+"""Reading and writing rlcycle artifacts by path or `-` (docs/design.md, "Conventions").
 
 Formats, chosen by the path when writing and sniffed by magic bytes when reading:
 - `.arrow` (or `.feather`/`.ipc`): uncompressed Arrow IPC *file* (memory-mappable; `pl.scan_ipc`)
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gzip
 import os
 import re
 import shutil
@@ -311,11 +310,6 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-
-
 class ArtifactWriter:
     """Write record batches to an artifact path atomically; `-` streams IPC to stdout.
 
@@ -471,10 +465,3 @@ class FileLock:
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
-
-
-def open_text_maybe_gz(path: str | Path) -> IO[bytes]:
-    """Binary reader that transparently gunzips `.gz` (sniffed) files."""
-    if sniff(read_head(path, 2)) is Format.GZIP:
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
