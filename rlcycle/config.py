@@ -12,6 +12,7 @@ and column) and `check_range` (the one "x must be in [a, b]" check of `validate(
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -30,10 +31,16 @@ T = TypeVar("T")
 
 
 def cfg(default: Any = dataclasses.MISSING, help: str = "", **kw: Any) -> Any:
-    """A config field with help text; mutable defaults go through default_factory."""
+    """A config field with help text; mutable defaults go through default_factory.
+
+    A nested config's default is an instance (`lora: LoraConfig = cfg(LoraConfig(), help=...)`),
+    copied for each new object."""
     if isinstance(default, (list, dict, set)):
         value = default
         return dataclasses.field(default_factory=lambda: type(value)(value), metadata={"help": help}, **kw)
+    if dataclasses.is_dataclass(default) and not isinstance(default, type):
+        instance = default
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(instance), metadata={"help": help}, **kw)
     return dataclasses.field(default=default, metadata={"help": help}, **kw)
 
 
@@ -167,49 +174,168 @@ def resolve(
     """Build `cls` from defaults, a TOML file, `--set` pairs and explicit flags (None = unset).
 
     `data` is a table given in code (e.g. a stage's table of the cycle config), applied before
-    the file, with `data_origin` naming it in error messages."""
+    the file, with `data_origin` naming it in error messages.
+
+    A field typed as a dataclass (`lora: LoraConfig`) is a nested config: a table for it (TOML
+    `[train.lora]`, `data={"lora": {...}}`, `--set lora={r = 16}`) or a dotted key at any depth
+    (`--set lora.r=16`, flags `{"runner.max_new_tokens": 512}`) sets only the keys it names, over
+    the field's default. Unknown keys (with a did-you-mean), values of the wrong type and each
+    level's `validate()` problems are reported all at once with their dotted path."""
     layers: list[tuple[str, dict[str, Any]]] = [
         (data_origin, dict(data or {})),
         (f"config file {file}" if file else "config file", load_toml(file, section)),
         ("--set", parse_sets(sets)),
         ("flag", {k: v for k, v in (flags or {}).items() if v is not None}),
     ]
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     problems: list[str] = []
+    unknown_in: dict[str, type] = {}  # dotted prefix -> class where an unknown key was given
     for origin, layer in layers:
         for key, raw in layer.items():
-            head, dot, sub = key.partition(".")
-            if dot and sub and head in names and typing.get_origin(hints[head]) is dict:
-                # `lora.r=16`: one key of a table-valued field, merged over what is there.
-                table = values.get(head)
-                values[head] = table = dict(_field_default(cls, head) if table is None else table)
-                table[sub] = _toml_value(raw) if origin == "--set" else raw
-                continue
-            if key not in names:
-                close = _closest(key, names)
-                problems.append(f"{origin}: unknown key {key!r}" + (f" (did you mean {close!r}?)" if close else ""))
-                continue
-            try:
-                values[key] = _coerce(raw, hints[key], from_string=(origin == "--set"))
-            except (TypeError, ValueError) as e:
-                problems.append(f"{origin}: {key}={raw!r}: {e}")
+            _assign(cls, values, key.split("."), raw, origin, origin == "--set", "", problems, unknown_in)
     if problems:
         raise InputError(
             f"{len(problems)} problem(s) in the {cls.__name__}:\n  " + "\n  ".join(problems),
-            hint=f"valid keys: {', '.join(sorted(names))}",
+            hint=_keys_hint(cls, unknown_in),
         )
-    obj = cls(**values)
-    check = getattr(obj, "validate", None)
-    if check is not None:
-        found = check()
-        if found:
-            raise InputError(
-                f"{len(found)} problem(s) in the {cls.__name__}:\n  " + "\n  ".join(found),
-                hint="fix the values above (defaults < --config < --set < flags)",
-            )
+    try:
+        obj = _build(cls, None, values)
+    except TypeError as e:  # a field without a default that no layer set
+        raise InputError(f"{cls.__name__}: {e}", hint="set every required key") from None
+    found = validate_all(obj)
+    if found:
+        raise InputError(
+            f"{len(found)} problem(s) in the {cls.__name__}:\n  " + "\n  ".join(found),
+            hint="fix the values above (defaults < --config < --set < flags)",
+        )
     return obj
+
+
+def validate_all(obj: Any, prefix: str = "") -> list[str]:
+    """Problems of `obj.validate()` and of every nested config's, each named by its dotted path
+    (`lora.r=-1: must be >= 0`); nested configs first, in field order."""
+    found: list[str] = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            found += validate_all(value, f"{prefix}{f.name}.")
+    check = getattr(obj, "validate", None)
+    own = list(check()) if check is not None else []
+    if prefix:
+        names = {f.name for f in dataclasses.fields(obj)}
+        own = [f"{prefix}{p}" if _names_field(p, names) else f"{prefix[:-1]}: {p}" for p in own]
+    return found + own
+
+
+def nested_class(tp: Any) -> type | None:
+    """The dataclass a field type names (`LoraConfig`, `LoraConfig | None`), else None."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = args[0] if len(args) == 1 else None
+    return tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
+
+
+def _names_field(problem: str, names: set[str]) -> bool:
+    m = re.match(r"[A-Za-z_][A-Za-z0-9_]*", problem)
+    return bool(m and m.group(0) in names)
+
+
+def _assign(
+    cls: type,
+    values: dict[str, Any],
+    path: list[str],
+    raw: Any,
+    origin: str,
+    from_string: bool,
+    prefix: str,
+    problems: list[str],
+    unknown_in: dict[str, type],
+) -> None:
+    """Put `raw` at `path` (a dotted key, split) of the value tree of `cls`, coerced to the
+    field's type; a problem (naming `origin` and the dotted key) goes to `problems`."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    head, rest = path[0], path[1:]
+    dotted = prefix + ".".join(path)
+    if head not in fields:
+        moved = getattr(cls, "MOVED", {}).get(head)
+        if moved:
+            problems.append(f"{origin}: key {prefix + head!r} moved: it is now {prefix + moved!r}")
+            return
+        close = _closest(head, set(fields))
+        problems.append(
+            f"{origin}: unknown key {prefix + head!r}" + (f" (did you mean {prefix + close!r}?)" if close else "")
+        )
+        unknown_in.setdefault(prefix, cls)
+        return
+    tp = typing.get_type_hints(cls)[head]
+    sub = nested_class(tp)
+    if sub is not None:
+        if not rest and from_string and isinstance(raw, str):
+            raw, from_string = _toml_value(raw), False  # `--set lora={r = 16}`
+        if not rest and isinstance(raw, sub):
+            raw = {f.name: getattr(raw, f.name) for f in dataclasses.fields(raw)}
+        if not rest and raw is None and typing.get_origin(tp) in (typing.Union, types.UnionType):
+            values[head] = None
+            return
+        if not rest and not isinstance(raw, dict):
+            problems.append(f"{origin}: {dotted}={raw!r}: expected a table of {sub.__name__} keys")
+            return
+        table = values.get(head)
+        if not isinstance(table, dict):
+            values[head] = table = {}
+        items = [(rest, raw)] if rest else [(k.split("."), v) for k, v in raw.items()]
+        for subpath, v in items:
+            _assign(sub, table, subpath, v, origin, from_string, f"{prefix}{head}.", problems, unknown_in)
+        return
+    if rest and typing.get_origin(tp) is dict:
+        # `--set meta.k=v` on a plain table field: one key of the table, merged over what is there.
+        table = values.get(head)
+        values[head] = table = dict(_field_default(cls, head) if table is None else table)
+        table[".".join(rest)] = _toml_value(raw) if from_string else raw
+        return
+    if rest:
+        problems.append(f"{origin}: unknown key {dotted!r} ({prefix + head!r} is not a table)")
+        return
+    try:
+        values[head] = _coerce(raw, tp, from_string=from_string)
+    except (TypeError, ValueError) as e:
+        problems.append(f"{origin}: {dotted}={raw!r}: {e}")
+
+
+def _build(cls: type, base: Any, values: dict[str, Any]) -> Any:
+    """An instance of `cls`: `base` (or the class defaults) with `values` over it; a nested
+    config's table of values goes over that field's own default, key by key."""
+    kwargs: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        sub = nested_class(hints[name])
+        if sub is not None and isinstance(value, dict):
+            inner = getattr(base, name) if base is not None else _default_of(cls, name)
+            kwargs[name] = _build(sub, inner, value)
+        else:
+            kwargs[name] = value
+    if base is not None:
+        return dataclasses.replace(base, **kwargs)
+    return cls(**kwargs)
+
+
+def _default_of(cls: type, name: str) -> Any:
+    """The default value of field `name` of `cls` (None when it has none)."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None if field.default is dataclasses.MISSING else field.default
+
+
+def _keys_hint(cls: type, unknown_in: dict[str, type]) -> str:
+    if not unknown_in or list(unknown_in) == [""]:
+        return f"valid keys: {', '.join(sorted(f.name for f in dataclasses.fields(cls)))}"
+    parts = [
+        f"valid keys{' of ' + prefix[:-1] if prefix else ''}: "
+        + ", ".join(prefix + n for n in sorted(f.name for f in dataclasses.fields(c)))
+        for prefix, c in unknown_in.items()
+    ]
+    return "; ".join(parts)
 
 
 def _field_default(cls: type, name: str) -> dict[str, Any]:

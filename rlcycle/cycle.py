@@ -1,57 +1,84 @@
-"""cycle: collect, distill, train, eval and deploy, in one run directory, resumable and cached.
+"""cycle: simulate, collect, distill, train, eval and deploy in one run directory, resumable and cached.
 
-In:  a cycle config (TOML; every key has a default that runs on the bundled sample data and
-     the tiny default model), the event source: `simulate` (the default: the production
-     policy on the task suite, so the first cycle is on-policy) or production event logs.
+In:  a cycle config (TOML; `[cycle]` table or top level; every stage table defaults to that
+     stage's production defaults, `rlcycle/configs/demo.toml` holds the demo's small sizes), the
+     event source: `simulate` (the production policy on the task suite, so the first cycle is
+     on-policy) or production event logs (`source = "logs"`), and a registry home.
 Out: `RUN_DIR/<stage>/...` outputs with a `manifest.json` per stage written last, `RUN_DIR/run.json`
      (the pinned base checkpoint), a registry update when the gate accepted, and a
-     `CycleResult` (exit code 3 when the gate refused: nothing was deployed).
+     `CycleResult` (exit code 3 when the gate refused: nothing was deployed). Every path in the
+     run directory comes from `rlcycle.stage.RunLayout`.
 
-    rlcycle cycle                                   # sample data, tiny model, runs/cycle
+    rlcycle cycle --config demo                     # the demo: sample data, tiny model, runs/cycle
     rlcycle cycle --config cycle.toml --run-dir runs/$(date +%F-%H)   # from cron
 
-Rules:
+`Cycle` is a loop over the stage objects (`STAGE_OBJECTS`, each the `Stage` of rlcycle/stage.py
+defined beside its stage); the rules live here once, driven by what each stage declares:
 - a stage is skipped when its manifest holds the same key: a hash of its resolved config and
-  the content of its inputs (files, directories, checkpoint ids). `deploy` is never cached, but
-  it is a no-op when the alias already points at the checkpoint;
+  the keys of its declared inputs (file contents, checkpoint ids). A stage that is not
+  `cacheable` (deploy) runs every time; deploy itself is a no-op when the alias already points
+  at the checkpoint (and refuses to move it back to one promoted before: `superseded`);
+- a `gate` stage's `decision` (eval) decides whether the cycle goes on: refuse stops it with
+  exit code 3, no verdict with 1; a `publishes` stage's checkpoint is the cycle's `deployed`;
 - a crashed cycle resumes at its first unfinished stage (no manifest = not finished; outputs
   are atomic; train resumes its own optimizer state);
 - the base checkpoint is pinned in `run.json` on the first run, so rerunning a run directory
   after its deploy moved `production` still finds every stage cached; a new cycle is a new
   run directory;
-- one cycle at a time per RLCYCLE_HOME: a non-blocking `rlcycle.io.FileLock` (flock) on
-  `cycle.lock`. The kernel drops the lock when its process dies, so a crashed cycle's lock is
-  taken over at once; the file names the last holder for the error message.
+- an empty registry with `base = "production"` stops with exit 2, unless `bootstrap = true`
+  (the demo's config) lets the cycle create the tiny default model as production;
+- `--dry-run` writes nothing anywhere: no run.json, no bootstrap, no registry, no lock file
+  (an existing lock is probed, so a running cycle is still reported);
+- one cycle at a time per registry home (`registry_home`; the CLI's default is $RLCYCLE_HOME,
+  else ~/.rlcycle): a non-blocking `rlcycle.io.FileLock` (flock) on `<home>/cycle.lock`. The
+  kernel drops the lock when its process dies, so a crashed cycle's lock is taken over at once;
+  the file names the last holder for the error message.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from rlcycle import digest, resources
 from rlcycle import io as rio
-from rlcycle.config import cfg, resolve
+from rlcycle import resources
+from rlcycle.collect.stage import STAGE as COLLECT
+from rlcycle.collect.stage import CollectConfig
+from rlcycle.config import cfg, load_toml, resolve
 from rlcycle.console import info
+from rlcycle.deploy.stage import STAGE as DEPLOY
+from rlcycle.deploy.stage import DeployConfig
+from rlcycle.distill.stage import STAGE as DISTILL
+from rlcycle.distill.stage import DistillConfig
 from rlcycle.errors import EXIT_GATE_REFUSED, InputError, RlcycleError
+from rlcycle.evaluation.stage import STAGE as EVAL
+from rlcycle.evaluation.stage import EvalConfig
 from rlcycle.faults import crash_point
+from rlcycle.simulate.stage import STAGE as SIMULATE
+from rlcycle.simulate.stage import SimulateConfig
+from rlcycle.stage import PENDING, RunLayout, Stage, StageContext, content_hash
+from rlcycle.train import STAGE as TRAIN
+from rlcycle.train import TrainConfig
 
-STAGES = ("simulate", "collect", "distill", "train", "eval", "deploy")
+STAGES = RunLayout.STAGES
+# The stages in order, one object each (rlcycle/stage.py); their names are RunLayout.STAGES.
+STAGE_OBJECTS: tuple[Stage, ...] = (SIMULATE, COLLECT, DISTILL, TRAIN, EVAL, DEPLOY)
+assert tuple(s.name for s in STAGE_OBJECTS) == STAGES
+
+__all__ = ["STAGES", "STAGE_OBJECTS", "Cycle", "CycleConfig", "CycleResult", "content_hash", "load_config"]
 
 
 @dataclass
 class CycleConfig:
     run_dir: str = cfg("runs/cycle", help="Run directory: one per cycle (reruns of it are cached).")
-    # simulate by default: the demo then trains on samples of the very model it updates
-    # (behaviour logprobs from the base: on-policy); a production cron sets source = "logs".
     source: str = cfg(
         "simulate",
         help="Where events come from: simulate (the production policy on `tasks`, the default) or logs (the `events` paths).",
@@ -60,9 +87,17 @@ class CycleConfig:
         [str(resources.events())], help="Event logs for source=logs (default: the small log shipped in rlcycle/data)."
     )
     base: str = cfg("production", help="Base policy: a registry alias or a checkpoint directory.")
-    bootstrap_seed: int = cfg(
-        0, help="With an empty registry and base=production: create the tiny default model with this seed."
+    registry_home: str | None = cfg(
+        None,
+        help="Home of the registry the cycle reads and deploys to (registry/, cycle.lock, models/); "
+        "None: the CLI's default, $RLCYCLE_HOME or ~/.rlcycle.",
     )
+    bootstrap: bool = cfg(
+        False,
+        help="With an empty registry and base=production: create the tiny default model as production "
+        "(the demo's config sets it; off, an empty registry is an error).",
+    )
+    bootstrap_seed: int = cfg(0, help="Seed of the tiny default model `bootstrap` creates.")
     tasks: str = cfg(
         str(resources.tasks()),
         help="Task suite for eval and simulate (default: the small suite shipped in rlcycle/data).",
@@ -70,29 +105,16 @@ class CycleConfig:
     reward_spec: str = cfg(
         str(resources.reward_spec()), help="Reward spec for distill (default: rlcycle/data/rewards.toml)."
     )
-    simulate: dict[str, Any] = cfg({"episodes": 16, "max_new_tokens": 64}, help="SimulateConfig keys.")
-    collect: dict[str, Any] = cfg({}, help="CollectConfig keys.")
-    distill: dict[str, Any] = cfg({}, help="DistillConfig keys.")
-    train: dict[str, Any] = cfg(
-        {"max_steps": 2, "batch_size": 8, "lr": 1e-5, "max_policy_lag": -1, "save_every": 1},
-        help="TrainConfig keys (the defaults keep the sample cycle to minutes on CPU).",
+    # The stage tables: each stage's own defaults (production defaults) under what a table sets.
+    simulate: SimulateConfig = cfg(SimulateConfig(), help="[cycle.simulate]: SimulateConfig keys (rlcycle simulate).")
+    collect: CollectConfig = cfg(CollectConfig(), help="[cycle.collect]: CollectConfig keys (rlcycle collect).")
+    distill: DistillConfig = cfg(
+        DistillConfig(),
+        help="[cycle.distill]: DistillConfig keys, over the reward spec's own [distill] table (rlcycle distill).",
     )
-    # latency_noise_ms: on a CPU the first calls at each new prompt shape cost seconds, which
-    # swamps the tiny model's ~0.2 s calls; the sample cycle tolerates that, production configs
-    # (GPU serving) should keep the EvalConfig default of 20 ms.
-    eval: dict[str, Any] = cfg(
-        {
-            "attempts": 1,
-            "max_tasks": 12,
-            "max_new_tokens": 48,
-            "max_turns": 4,
-            "sandboxes": 2,
-            "min_paired_tasks": 5,
-            "latency_noise_ms": 10000.0,
-        },
-        help="EvalConfig keys (gates included; see the latency note in rlcycle/cycle.py).",
-    )
-    deploy: dict[str, Any] = cfg({}, help="DeployConfig keys (hook, canary_fraction, ...).")
+    train: TrainConfig = cfg(TrainConfig(), help="[cycle.train]: TrainConfig keys (rlcycle train).")
+    eval: EvalConfig = cfg(EvalConfig(), help="[cycle.eval]: EvalConfig keys, gates included (rlcycle eval).")
+    deploy: DeployConfig = cfg(DeployConfig(), help="[cycle.deploy]: DeployConfig keys (hook, canary_fraction, ...).")
 
     def validate(self) -> list[str]:
         problems = []
@@ -142,15 +164,6 @@ def format_summary(r: CycleResult) -> str:
 # --- hashing --------------------------------------------------------------------------------
 
 
-def content_hash(paths: list[str | Path]) -> str:
-    """sha256 over files' names and bytes: a directory's files by relative name (sorted), a
-    file by its base name, so moving a run directory keeps its cache keys."""
-    entries = []
-    for p in map(Path, paths):
-        entries += digest.tree_files(p) if p.is_dir() else [(p.name, p)]
-    return digest.files_sha256(entries)
-
-
 def _key(stage: str, config: Any, inputs: dict[str, str]) -> str:
     blob = json.dumps(
         {"stage": stage, "config": dataclasses.asdict(config), "inputs": inputs}, sort_keys=True, default=str
@@ -163,13 +176,18 @@ def _key(stage: str, config: Any, inputs: dict[str, str]) -> str:
 
 class CycleLock:
     """One cycle at a time: a non-blocking lock on `cycle.lock`, released by the kernel if the
-    holder dies; a refused cycle names the holder (its pid and start time, written in the file)."""
+    holder dies; a refused cycle names the holder (its pid and start time, written in the file).
+    `probe` (a dry run): only check that no cycle holds it, creating and writing nothing."""
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, probe: bool = False):
         self.path = home / "cycle.lock"
+        self.probe = probe
         self._lock: rio.FileLock | None = None
 
     def __enter__(self) -> CycleLock:
+        if self.probe:
+            self._probe()
+            return self
         since = datetime.now(timezone.utc).isoformat(timespec="seconds")
         lock = rio.FileLock(self.path, wait=False, holder=f"pid {os.getpid()} since {since}")
         try:
@@ -182,6 +200,19 @@ class CycleLock:
         self._lock = lock
         return self
 
+    def _probe(self) -> None:
+        if not self.path.exists():
+            return  # no cycle ever ran in this home, so none holds it
+        with open(self.path) as fh:  # read-only: flock needs no write access
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RlcycleError(
+                    f"another cycle is running ({fh.read().strip() or 'another process'}; lock {self.path})",
+                    hint="wait for it; a crashed cycle's lock is released by the kernel",
+                ) from None
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
     def __exit__(self, *exc: object) -> None:
         if self._lock is not None:
             self._lock.__exit__(*exc)
@@ -192,7 +223,8 @@ class CycleLock:
 
 
 class Cycle:
-    """Runs the stages in order; each `_stage_*` returns (config, inputs, outputs, work)."""
+    """The loop over the stage objects (rlcycle/stage.py): per stage a cache key from its config
+    and declared inputs, a manifest written last, the stage's own `run` in between."""
 
     def __init__(
         self,
@@ -208,7 +240,10 @@ class Cycle:
                 raise InputError(f"{name} {value!r}: not a stage", hint=f"stages: {', '.join(STAGES)}")
         self.config, self.force, self.dry_run, self.quiet = config, force, dry_run, quiet
         self.run_dir = Path(config.run_dir)
-        order = [s for s in STAGES if s != "simulate" or config.source == "simulate"]
+        self.layout = RunLayout(self.run_dir)
+        # `source` names where events come from: the simulate stage, or production logs.
+        self.stages = [s for s in STAGE_OBJECTS if s.name != "simulate" or config.source == "simulate"]
+        order = [s.name for s in self.stages]
         lo = order.index(from_stage) if from_stage in order else 0
         hi = order.index(until_stage) if until_stage in order else len(order) - 1
         self.selected = set(order[lo : hi + 1])
@@ -216,61 +251,69 @@ class Cycle:
         self.result = CycleResult(str(self.run_dir), [])
 
     def run(self) -> CycleResult:
-        from rlcycle.policy.registry import home
-
-        with CycleLock(home()):
-            self.base_path, self.base_id = self._pinned_base()
-            for name in self.order:
-                if self._step(name):
+        self._pinned_base(check_only=True)  # before the lock: a wrong home gets nothing written
+        with CycleLock(self._home(), probe=self.dry_run):
+            base_path, base_id = self._pinned_base()
+            events = [self.layout.file("events")] if self.config.source == "simulate" else self.config.events
+            ctx = StageContext(
+                self.layout,
+                base_path,
+                base_id,
+                self._home() / "registry",
+                self.config.tasks,
+                self.config.reward_spec,
+                tuple(str(e) for e in events),
+                self.quiet,
+            )
+            for stage in self.stages:
+                if self._step(stage, ctx):
                     break
         return self.result
 
-    # --- plumbing -----------------------------------------------------------------------------
+    # --- the loop -------------------------------------------------------------------------------
 
-    def _step(self, name: str) -> bool:
-        """Run or skip one stage; True when the cycle must stop here (gate refused)."""
+    def _step(self, stage: Stage, ctx: StageContext) -> bool:
+        """Run or skip one stage; True when the cycle must stop here (a gate said no)."""
+        name = stage.name
         if name not in self.selected:
             self.result.stages.append(StageRun(name, "skipped"))
             return False
-        cfg_obj, inputs, outputs, work = getattr(self, f"_stage_{name}")()
-        key = _key(name, cfg_obj, inputs)
-        manifest = self.run_dir / name / "manifest.json"
-        old = json.loads(manifest.read_text()) if manifest.exists() else None
-        cached = old is not None and old.get("key") == key and name != "deploy" and not self.force
+        config = stage_config(self.config, stage)
+        inputs = stage.inputs(ctx)
+        outputs = {k: str(v) for k, v in stage.outputs(self.layout).items()}
+        key = _key(name, config, inputs)
+        old = self.layout.read_manifest(name)
+        cached = old is not None and old.get("key") == key and stage.cacheable and not self.force
         if cached or self.dry_run:
             status = "cached" if cached else "planned"
             self.result.stages.append(StageRun(name, status, 0.0, outputs, (old or {}).get("result", {})))
             self._log(f"{name}: {status}")
-            return self._after(name, (old or {}).get("result", {})) if cached else False
+            return self._after(stage, (old or {}).get("result", {})) if cached else False
         self._log(f"{name}: running")
         started = time.monotonic()
-        (self.run_dir / name).mkdir(parents=True, exist_ok=True)
-        result = work()
+        self.layout.stage_dir(name).mkdir(parents=True, exist_ok=True)
+        result = stage.run(config, ctx).as_dict()
         crash_point(f"cycle:{name}")  # fault injection for the resume tests
         seconds = time.monotonic() - started
-        rio.atomic_write_text(
-            manifest,
-            json.dumps(
-                {
-                    "stage": name,
-                    "key": key,
-                    "inputs": inputs,
-                    "outputs": outputs,
-                    "config": dataclasses.asdict(cfg_obj),
-                    "result": result,
-                    "seconds": round(seconds, 3),
-                    "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                },
-                indent=2,
-                default=str,
-            )
-            + "\n",
+        self.layout.write_manifest(
+            name,
+            {
+                "stage": name,
+                "key": key,
+                "inputs": inputs,
+                "outputs": outputs,
+                "config": dataclasses.asdict(config),
+                "result": result,
+                "seconds": round(seconds, 3),
+                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            },
         )
         self.result.stages.append(StageRun(name, result.get("status", "ran"), seconds, outputs, result))
-        return self._after(name, result)
+        return self._after(stage, result)
 
-    def _after(self, name: str, result: dict[str, Any]) -> bool:
-        if name == "eval":
+    def _after(self, stage: Stage, result: dict[str, Any]) -> bool:
+        """What a stage's result means for the cycle: a gate's decision, a deploy's checkpoint."""
+        if stage.gate:
             self.result.decision = result.get("decision")
             if self.result.decision == "refuse":
                 self.result.exit_code = EXIT_GATE_REFUSED
@@ -278,7 +321,7 @@ class Cycle:
             if self.result.decision != "accept":
                 self.result.exit_code = 1
                 return True
-        if name == "deploy":
+        if stage.publishes:
             self.result.deployed = result.get("checkpoint_id")
         return False
 
@@ -286,172 +329,105 @@ class Cycle:
         if not self.quiet:
             info(f"[cycle] {msg}")
 
-    def _sub(self, cls: type, table: str) -> Any:
-        # A [cycle.<stage>] table in a config file adds to the sample defaults, key by key.
-        default = next(f for f in dataclasses.fields(CycleConfig) if f.name == table).default_factory()  # type: ignore[misc]
-        return resolve(cls, data={**default, **getattr(self.config, table)}, data_origin=f"cycle config [{table}]")
+    # --- the home: lock, registry, the pinned base ------------------------------------------------
 
-    def _path(self, stage: str, name: str) -> Path:
-        return self.run_dir / stage / name
+    def _home(self) -> Path:
+        if self.config.registry_home is None:
+            raise InputError(
+                "cycle config: registry_home is not set",
+                hint="set registry_home = DIR; `rlcycle cycle` defaults it to $RLCYCLE_HOME or ~/.rlcycle",
+            )
+        return Path(self.config.registry_home)
 
-    def _pinned_base(self) -> tuple[Path, str]:
-        """The base checkpoint of this run dir: recorded on the first run, reused after."""
+    def _pinned_base(self, check_only: bool = False) -> tuple[Path, str]:
+        """The base checkpoint of this run dir: recorded on the first run, reused after. A dry
+        run (and `check_only`: only raise when there is no base to be had) reads the registry
+        without opening it for writing, and records nothing."""
         from rlcycle.policy.registry import Registry, checkpoint_id
 
-        pin = self.run_dir / "run.json"
-        if pin.exists():
-            data = json.loads(pin.read_text())
-            path = Path(data["base_path"])
-            if path.is_dir():
-                return path, data["base_id"]
-        reg = Registry()
+        pin = self.layout.read_run()
+        if pin is not None and Path(pin["base_path"]).is_dir():
+            return Path(pin["base_path"]), pin["base_id"]
+        reg = Registry(self._home() / "registry", readonly=self.dry_run or check_only)
         if self.config.base == "production" and "production" not in reg.aliases():
+            if not self.config.bootstrap:
+                raise InputError(
+                    f'registry {reg.root} has no production model (base = "production")',
+                    hint="register one (`rlcycle registry add DIR --alias production`), point registry_home "
+                    "(or RLCYCLE_HOME) at the right home, or run the demo: `rlcycle cycle --config demo`",
+                )
+            if self.dry_run or check_only:
+                if check_only:
+                    return self._bootstrap_dir(), PENDING
+                self._log("registry has no production model: the run would create the tiny default model")
+                return self._bootstrap_dir(), PENDING
             self._bootstrap(reg)
+        if check_only:
+            return Path(self.config.base), PENDING
         path = reg.resolve(self.config.base) if not Path(self.config.base).is_dir() else Path(self.config.base)
         cid = checkpoint_id(path)
         if not self.dry_run:
-            rio.atomic_write_text(
-                pin, json.dumps({"base": self.config.base, "base_path": str(path), "base_id": cid}, indent=2) + "\n"
-            )
+            self.layout.write_run({"base": self.config.base, "base_path": str(path), "base_id": cid})
         return path, cid
 
+    def _bootstrap_dir(self) -> Path:
+        return self._home() / "models" / f"tiny-seed{self.config.bootstrap_seed}"
+
     def _bootstrap(self, reg: Any) -> None:
-        """An empty registry: the tiny default model becomes production (no model hub needed)."""
+        """An empty registry and `bootstrap = true` (the demo): the tiny default model becomes
+        production (no model hub needed)."""
         from rlcycle.deploy import register
         from rlcycle.model_init import init_model
 
         self._log("registry has no production model: creating the tiny default model")
-        out = reg.root.parent / "models" / f"tiny-seed{self.config.bootstrap_seed}"
+        out = self._bootstrap_dir()
         if not (out / "config.json").exists():
             init_model(out, seed=self.config.bootstrap_seed, force=True)
         register(out, "production", reg)
 
-    # --- the stages ---------------------------------------------------------------------------
 
-    def _stage_simulate(self) -> tuple[Any, dict[str, str], dict[str, str], Callable[[], dict]]:
-        from rlcycle import simulate
-
-        c = self._sub(simulate.SimulateConfig, "simulate")
-        out = self._path("simulate", "events.jsonl")
-        inputs = {"policy": self.base_id, "tasks": content_hash([self.config.tasks])}
-
-        def work() -> dict:
-            r = simulate.run(c, str(self.base_path), self.config.tasks, out, quiet=self.quiet)
-            return {"episodes": r.episodes, "output": str(out)}
-
-        return c, inputs, {"events": str(out)}, work
-
-    def _stage_collect(self):
-        from rlcycle import collect
-
-        c = self._sub(collect.CollectConfig, "collect")
-        events = (
-            [str(self._path("simulate", "events.jsonl"))]
-            if self.config.source == "simulate"
-            else list(self.config.events)
+def stage_config(config: CycleConfig, stage: Stage) -> Any:
+    """The stage's config: the cycle config's `[cycle.<name>]` table, already typed."""
+    table = getattr(config, stage.name)
+    if not isinstance(table, stage.config_class):
+        raise InputError(
+            f"cycle config: {stage.name} is a {type(table).__name__}, expected a {stage.config_class.__name__}",
+            hint="build CycleConfig with load_config() or resolve(), or pass the stage's config class",
         )
-        out = self._path("collect", "trajectories.arrow")
-        inputs = {"events": content_hash(events) if all(Path(e).exists() for e in events) else "pending"}
-
-        def work() -> dict:
-            r = collect.run(c, events, str(out), quiet=self.quiet)
-            return {
-                k: v
-                for k, v in r.as_dict().items()
-                if k in ("samples_out", "episodes_out", "quarantined", "duplicates", "held_back_episodes")
-            }
-
-        return c, inputs, {"trajectories": str(out)}, work
-
-    def _stage_distill(self):
-        from rlcycle.config import load_toml
-        from rlcycle.distill.spec import load_spec
-        from rlcycle.distill.stage import DistillConfig, run
-
-        # The spec's own [distill] table first, then the cycle config's (as the CLI layers them).
-        table = {**load_toml(self.config.reward_spec).get("distill", {}), **self.config.distill}  # default: {}
-        c = resolve(
-            DistillConfig, data=table, data_origin=f"{self.config.reward_spec} [distill] + cycle config [distill]"
-        )
-        traj = self._path("collect", "trajectories.arrow")
-        out = self._path("distill", "examples.arrow")
-        inputs = {
-            "trajectories": content_hash([traj]) if traj.exists() else "pending",
-            "spec": content_hash([self.config.reward_spec]),
-        }
-
-        def work() -> dict:
-            r = run(c, str(traj), str(out), load_spec(self.config.reward_spec), quiet=self.quiet)
-            return {"rows": r.rows, "included": r.included, "excluded": r.excluded}
-
-        return c, inputs, {"examples": str(out), "report": str(out.parent / "reward_report.json")}, work
-
-    def _stage_train(self):
-        from rlcycle.train.config import TrainConfig
-
-        c = self._sub(TrainConfig, "train")
-        examples = self._path("distill", "examples.arrow")
-        out = self._path("train", "checkpoint")
-        inputs = {"examples": content_hash([examples]) if examples.exists() else "pending", "base": self.base_id}
-
-        def work() -> dict:
-            from rlcycle.train.stage import run  # imports torch: only when train really runs
-
-            r = run(c, str(examples), self.base_path, out, overwrite=True, quiet=self.quiet)
-            return {"checkpoint_id": r.checkpoint_id, "steps": r.steps}
-
-        return c, inputs, {"checkpoint": str(out)}, work
-
-    def _stage_eval(self):
-        from rlcycle.evaluation.stage import EvalConfig, run
-
-        c = self._sub(EvalConfig, "eval")
-        ckpt = self._path("train", "checkpoint")
-        out = self._path("eval", "eval_results.arrow")
-        inputs = {"candidate": _ckpt_id(ckpt), "baseline": self.base_id, "tasks": content_hash([self.config.tasks])}
-
-        def work() -> dict:
-            r = run(c, str(ckpt), str(self.base_path), self.config.tasks, out)
-            failed = [g["name"] for g in r.verdict.get("gates", []) if not g["passed"]]
-            return {
-                "decision": r.decision,
-                "failed_gates": failed,
-                "verdict": r.verdict_path,
-                "status": "refused" if r.decision == "refuse" else "ran",
-            }
-
-        return c, inputs, {"results": str(out), "verdict": str(out.parent / "verdict.json")}, work
-
-    def _stage_deploy(self):
-        from rlcycle import deploy
-        from rlcycle.policy.registry import Registry
-
-        c = self._sub(deploy.DeployConfig, "deploy")
-        ckpt = self._path("train", "checkpoint")
-        verdict = self._path("eval", "verdict.json")
-        inputs = {"checkpoint": _ckpt_id(ckpt)}
-
-        def work() -> dict:
-            cid = _ckpt_id(ckpt)
-            reg = Registry()
-            if reg.aliases().get(c.alias) == cid:
-                return {"status": "up_to_date", "checkpoint_id": cid}
-            hist = reg.history().to_pylist()
-            if any(h["action"] == "promote" and h["checkpoint_id"] == cid for h in hist):
-                # Re-running an old run dir must not roll production back to its checkpoint:
-                # that takes an explicit `rlcycle deploy` (or `rlcycle rollback`).
-                return {"status": "superseded", "checkpoint_id": cid}
-            r = deploy.run(c, ckpt, verdict)
-            return {"checkpoint_id": r.checkpoint_id, "previous_id": r.previous_id, "action": r.action}
-
-        return c, inputs, {}, work
+    return table
 
 
-def _ckpt_id(path: Path) -> str:
-    from rlcycle.policy.registry import checkpoint_id
+def load_config(
+    path: str | Path | None = None,
+    sets: list[str] | None = None,
+    flags: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
+    data_origin: str = "config",
+) -> CycleConfig:
+    """The cycle config: defaults < the reward spec's [distill] table (for `distill`, as
+    `rlcycle distill` layers it) < `data` (a table given in code, e.g. an experiment's) < the
+    file < `--set` < flags. `path` may name a packaged config (`demo`: rlcycle/configs/demo.toml,
+    resources.cycle_config). Build a CycleConfig this way rather than by hand, or the spec's
+    [distill] table is not layered."""
+    path = resources.cycle_config(path)
+    first = resolve(CycleConfig, path, sets, flags, section="cycle", data=data, data_origin=data_origin)
+    # A spec that is not there has no table to layer; the distill stage says so when it runs.
+    spec = Path(first.reward_spec)
+    spec_table = load_toml(spec).get("distill", {}) if spec.is_file() else {}
+    if not spec_table:
+        return first
+    return resolve(
+        CycleConfig,
+        path,
+        sets,
+        flags,
+        section="cycle",
+        data=_under(spec_table, data or {}),
+        data_origin=f"{spec} [distill] / {data_origin}",
+    )
 
-    return checkpoint_id(path) if (path / "config.json").exists() else "pending"
 
-
-def load_config(path: str | Path | None, sets: list[str] | None, flags: dict[str, Any]) -> CycleConfig:
-    return resolve(CycleConfig, path, sets, flags, section="cycle")
+def _under(spec_table: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with the spec's [distill] table under its own `distill` keys (a table or dotted)."""
+    own = data.get("distill")
+    return {**data, "distill": {**spec_table, **own}} if isinstance(own, dict) else {"distill": spec_table, **data}

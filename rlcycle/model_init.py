@@ -197,7 +197,9 @@ def init_model(
     return run(config, out, force=force)
 
 
-def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitResult:
+def run(
+    config: InitModelConfig, out: str | Path, force: bool = False, model_cache: str | Path | None = None
+) -> InitResult:
     """Build and save the model atomically: a temp directory renamed into place."""
     problems = config.validate()
     if problems:
@@ -211,7 +213,7 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # results on stdout, no shard bars on stderr
-    model, tok, origin = _source_model(config)
+    model, tok, origin = _source_model(config, model_cache)
     warm = None
     if config.warm_start:
         from rlcycle.tasks import load_suite
@@ -254,14 +256,15 @@ def run(config: InitModelConfig, out: str | Path, force: bool = False) -> InitRe
     return InitResult(str(out), cid, n_params, size, config.seed, len(tok), time.perf_counter() - start, warm, origin)
 
 
-def _source_model(config: InitModelConfig) -> tuple[Any, Any, dict[str, str] | None]:
-    """(model, tokenizer, origin): random weights (origin None), or the GGUF's model."""
+def _source_model(config: InitModelConfig, cache: str | Path | None) -> tuple[Any, Any, dict[str, str] | None]:
+    """(model, tokenizer, origin): random weights (origin None), or the GGUF's model (a preset
+    downloaded into `cache`, rlcycle.policy.gguf)."""
     if config.from_gguf is None and config.preset is None:
         tok = _load_tokenizer(config.tokenizer)
         return build_model(config, tok), tok, None
     from rlcycle.policy.gguf import PRESETS, load_gguf, preset_gguf
 
-    path = Path(config.from_gguf) if config.from_gguf else preset_gguf(config.preset)
+    path = Path(config.from_gguf) if config.from_gguf else preset_gguf(config.preset, cache)
     model, tok, origin = load_gguf(path)
     if config.preset:
         p = PRESETS[config.preset]

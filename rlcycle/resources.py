@@ -11,12 +11,14 @@ into the installed package, found with `importlib.resources`, so the defaults of
     events()       rlcycle/data/events/          a small production event log (JSONL)
     sandbox_images() rlcycle/data/sandbox_images/ the sandbox image's build context
 
+    cycle_config(name)  rlcycle/configs/NAME.toml   a packaged cycle config (`rlcycle cycle --config demo`)
+
 `rlcycle/data/` is generated from the repository's `sample_data/` (the full tokenizer and
 reward spec, two of the six task clusters, every 32nd session of the event log) and
 `sandbox_images/` (the Dockerfile and the offline base script) by
 `scripts/gen_package_data.py`; `tests/test_wheel.py` fails when the two disagree. The large
 sample data (the whole event log, the OTel export, all six clusters) stays in `sample_data/`.
-Ground floor: imports nothing of rlcycle's but the error type.
+Ground floor: imports nothing of rlcycle's but the error types.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from rlcycle.errors import RlcycleError
+from rlcycle.errors import InputError, RlcycleError
 
 PACKAGE = "rlcycle"
 DATA_DIR = "data"
+CONFIGS_DIR = "configs"
 
 
 def data_path(*parts: str) -> Path:
@@ -67,3 +70,27 @@ def events() -> Path:
 def sandbox_images() -> Path:
     """The sandbox image's build context directory (Dockerfile, build_base_offline.sh)."""
     return data_path("sandbox_images")
+
+
+def packaged_configs() -> list[str]:
+    """The names of the cycle configs shipped in rlcycle/configs/ (demo, cron, ...)."""
+    root = Path(str(files(PACKAGE).joinpath(CONFIGS_DIR)))
+    return sorted(p.stem for p in root.glob("*.toml"))
+
+
+def cycle_config(path: str | Path | None) -> Path | None:
+    """`path` as given when it is a file (or None); a bare name that is not a file (no `/`, no
+    suffix: `demo`) names the packaged rlcycle/configs/NAME.toml; an unknown name is an error
+    listing the packaged ones."""
+    if path is None:
+        return None
+    p = Path(path)
+    if p.exists() or "/" in str(path) or p.suffix:
+        return p
+    found = Path(str(files(PACKAGE).joinpath(CONFIGS_DIR, f"{path}.toml")))
+    if found.is_file():
+        return found
+    raise InputError(
+        f"--config {path}: no such file, and not a packaged config",
+        hint=f"packaged configs: {', '.join(packaged_configs()) or 'none'}; or give the path of a TOML file",
+    )

@@ -1,9 +1,9 @@
 """Benchmark `rlcycle cycle`: wall time per stage of a fresh cycle, then the cached re-run.
 
 What it measures (issue #8, item 8), each through the real CLI in a subprocess
-(`python -m rlcycle cycle --run-dir RUN --json`), in a fresh RLCYCLE_HOME and run directory
-under a temp dir, with the cycle's defaults (source=simulate: the tiny default model on the
-bundled task suite, 16 sessions; the cycle's quick train and eval; the experiment script,
+(`python -m rlcycle cycle --config demo --run-dir RUN --json`), in a fresh RLCYCLE_HOME and run directory
+under a temp dir, with the packaged demo config (rlcycle/configs/demo.toml, source=simulate: the
+tiny default model on the bundled task suite, 16 sessions; the demo's quick train and eval; the experiment script,
 rlcycle/closed_loop.py, prints the same per-stage seconds for the stand-in loop):
 - the first cycle: each stage's seconds (from the cycle's own JSON), plus what happens before
   the first stage (interpreter start, imports, lock, bootstrapping the tiny model into the
@@ -46,7 +46,7 @@ def timed(args: list[str], env: dict[str, str]) -> tuple[float, subprocess.Compl
 
 
 def cycle(run_dir: Path, env: dict[str, str]) -> tuple[float, dict]:
-    wall, proc = timed(["cycle", "--run-dir", str(run_dir), "--json", "-q"], env)
+    wall, proc = timed(["cycle", "--config", "demo", "--run-dir", str(run_dir), "--json", "-q"], env)
     if proc.returncode not in (0, 3):  # 3: the gate refused; the cycle still finished
         sys.exit(f"rlcycle cycle failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return wall, json.loads(proc.stdout)
@@ -92,7 +92,7 @@ def bench(root: Path, runs: int) -> dict:
 def render(r: dict) -> str:
     f, rr, base = r["first"], r["rerun"], r["baseline_cli_help"]
     lines = [
-        "rlcycle cycle on the sample data (source=logs, defaults), fresh RLCYCLE_HOME and run dir",
+        "rlcycle cycle --config demo (the sample data), fresh RLCYCLE_HOME and run dir",
         f"  {'stage':<20} {'status':<10} {'seconds':>8}",
         f"  {'startup + bootstrap':<20} {'':<10} {f['startup_bootstrap_s']:>8.1f}",
     ]

@@ -2,7 +2,7 @@
 # rlcycle's developer entry point: the README's two commands and the justfile call this.
 #
 #   scripts/dev.sh setup          create .venv and install rlcycle (fast when already done)
-#   scripts/dev.sh demo           run the whole cycle on the bundled sample data (rlcycle cycle)
+#   scripts/dev.sh demo           run the whole cycle on the bundled sample data (rlcycle cycle --config demo)
 #   scripts/dev.sh test [ARGS]    install what the tests need (Docker engine, sandbox image), run pytest
 #   scripts/dev.sh lint           ruff check and ruff format --check (the test command runs it first)
 #   scripts/dev.sh bench          every scripts/bench_*.py at its default size
@@ -62,9 +62,10 @@ demo() {
   setup
   if ! bash scripts/ensure_docker.sh; then log "the demo's eval stage needs a Docker engine"; return 1; fi
   "$VENV/bin/rlcycle" sandbox build
-  # The whole loop on the bundled sample data with the tiny default model: collect, distill,
+  # The packaged demo (rlcycle/configs/demo.toml): the tiny default model (created when the
+  # registry is empty), simulated sessions on the bundled suite, collect, distill, a two-step
   # train, eval (sandboxes), deploy into the registry under ${RLCYCLE_HOME:-~/.rlcycle}.
-  "$VENV/bin/rlcycle" cycle --run-dir runs/demo "$@"
+  "$VENV/bin/rlcycle" cycle --config demo --run-dir runs/demo "$@"
   "$VENV/bin/rlcycle" registry ls --history 3
 }
 

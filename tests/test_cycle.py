@@ -11,14 +11,18 @@ import time
 
 import pytest
 
+from rlcycle.cli.options import registry_dir
 from rlcycle.policy.registry import Registry
 
 pytestmark = pytest.mark.docker
 
 
-# A lighter eval than the demo's, to keep the suite quick; the stages are the same.
+# The demo's train sizes and bootstrap on the packaged logs, with a lighter eval than the demo's,
+# to keep the suite quick; the stages are the same.
 FAST = (
-    '[cycle]\nsource = "logs"\n[cycle.eval]\nattempts = 1\nmax_tasks = 6\nmax_new_tokens = 16\nmax_turns = 2\n'
+    '[cycle]\nsource = "logs"\nbootstrap = true\n'
+    "[cycle.train]\nmax_steps = 2\nbatch_size = 8\nlr = 1e-5\nmax_policy_lag = -1\nsave_every = 1\n"
+    "[cycle.eval]\nattempts = 1\nmax_tasks = 6\nmax_new_tokens = 16\nmax_turns = 2\n"
     "sandboxes = 2\nmin_paired_tasks = 5\nlatency_noise_ms = 10000.0\n"
 )
 
@@ -51,7 +55,7 @@ def test_full_cycle_then_rerun_is_cached(cli, tmp_path, docker_client, fast):
     s = json.loads(r.stdout)
     assert [x["status"] for x in s["stages"]] == ["ran"] * 5
     assert s["decision"] == "accept" and s["deployed"]
-    reg = Registry()
+    reg = Registry(registry_dir())
     assert reg.aliases()["production"] == s["deployed"] and "previous" in reg.aliases()
     for stage in ("collect", "distill", "train", "eval", "deploy"):
         assert (run / stage / "manifest.json").exists()
@@ -60,7 +64,7 @@ def test_full_cycle_then_rerun_is_cached(cli, tmp_path, docker_client, fast):
     AutoModelForCausalLM.from_pretrained(reg.resolve("production"))
     again = json.loads(cycle(cli, run, fast).stdout)
     assert [x["status"] for x in again["stages"]] == ["cached"] * 4 + ["up_to_date"]
-    assert Registry().history().num_rows == 2  # register + one promote: the rerun changed nothing
+    assert Registry(registry_dir()).history().num_rows == 2  # register + one promote: the rerun changed nothing
     plan = json.loads(cycle(cli, run, fast, "--dry-run", "--force").stdout)
     assert [x["status"] for x in plan["stages"]] == ["planned"] * 5
 
@@ -84,8 +88,8 @@ def test_a_crashed_cycle_resumes_to_the_same_result(tmp_path, docker_client, cra
     statuses = {x["name"]: x["status"] for x in s["stages"]}
     assert statuses["collect"] == statuses["distill"] == "cached"
     # the same checkpoint as an uninterrupted cycle, and a valid registry that serves it
-    assert Registry().aliases()["production"] == reference_id
-    assert Registry().history().num_rows == Registry().state()["seq"]
+    assert Registry(registry_dir()).aliases()["production"] == reference_id
+    assert Registry(registry_dir()).history().num_rows == Registry(registry_dir()).state()["seq"]
 
 
 def test_a_second_cycle_is_refused_and_a_dead_holders_lock_is_taken_over(cli, tmp_path, rlcycle_home, fast):
@@ -113,7 +117,7 @@ def test_a_refused_gate_deploys_nothing(cli, tmp_path, docker_client):
     s = json.loads(r.stdout)
     assert s["decision"] == "refuse" and s["deployed"] is None
     assert [x["name"] for x in s["stages"]] == ["collect", "distill", "train", "eval"]
-    production = Registry().aliases()["production"]
+    production = Registry(registry_dir()).aliases()["production"]
     assert production == json.loads((tmp_path / "run" / "run.json").read_text())["base_id"]
 
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from rlcycle import schema
+from rlcycle.cli.options import registry_dir
 from rlcycle.policy.registry import Registry, checkpoint_id
 
 
@@ -57,7 +58,7 @@ def test_refuses_without_a_passing_verdict(cli, ckpts, tmp_path):
     assert r.exit_code == 3 and "failed gates: pass_rate" in r.error
     r = cli(["deploy", ckpts[0], "--verdict", tmp_path / "missing.json"])
     assert r.exit_code == 2
-    assert Registry().aliases() == {}
+    assert Registry(registry_dir()).aliases() == {}
 
 
 def test_promote_twice_then_rollback(cli, ckpts, tmp_path):
@@ -66,14 +67,14 @@ def test_promote_twice_then_rollback(cli, ckpts, tmp_path):
     assert cli(["deploy", ckpts[0], "--verdict", v]).exit_code == 0
     r = cli(["deploy", ckpts[1], "--verdict", v, "--json"])
     assert json.loads(r.stdout)["previous_id"] == ids[0]
-    reg = Registry()
+    reg = Registry(registry_dir())
     assert reg.aliases() == {"production": ids[1], "previous": ids[0]}
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(reg.resolve("production"))  # loads as it is
     assert cli(["rollback"]).exit_code == 0
-    assert Registry().aliases() == {"production": ids[0], "previous": ids[1]}
-    hist = Registry().history()
+    assert Registry(registry_dir()).aliases() == {"production": ids[0], "previous": ids[1]}
+    hist = Registry(registry_dir()).history()
     assert hist.column("action").to_pylist() == ["promote", "promote", "rollback"]
     assert schema.validate(hist, schema.DEPLOYMENTS) == []
     ls = json.loads(cli(["registry", "ls", "--json"]).stdout)
@@ -82,10 +83,10 @@ def test_promote_twice_then_rollback(cli, ckpts, tmp_path):
 
 def test_force_is_recorded_and_canary_keeps_production(cli, ckpts, tmp_path):
     assert cli(["deploy", ckpts[0], "--force"]).exit_code == 0
-    assert Registry().history().column("note").to_pylist() == ["forced without a passing verdict"]
+    assert Registry(registry_dir()).history().column("note").to_pylist() == ["forced without a passing verdict"]
     ids = [checkpoint_id(c) for c in ckpts]
     assert cli(["deploy", ckpts[1], "--verdict", verdict(tmp_path), "--canary", "0.1"]).exit_code == 0
-    state = Registry().state()
+    state = Registry(registry_dir()).state()
     assert state["aliases"]["production"] == ids[0] and state["aliases"]["candidate"] == ids[1]
     assert state["canary"] == {"id": ids[1], "fraction": 0.1, "alias": "production"}
 
@@ -98,13 +99,13 @@ def test_verdict_for_another_checkpoint_is_refused(cli, ckpts, tmp_path):
 def test_failing_command_hook_moves_the_alias_back(cli, ckpts, tmp_path):
     v = verdict(tmp_path)
     assert cli(["deploy", ckpts[0], "--verdict", v]).exit_code == 0
-    before = Registry().aliases()
+    before = Registry(registry_dir()).aliases()
     marker = tmp_path / "hook_ran"
     r = cli(["deploy", ckpts[1], "--verdict", v, "--hook", f"echo $RLCYCLE_CHECKPOINT_ID > {marker}; exit 7"])
     assert r.exit_code == 1 and "serving hook failed (exit 7" in r.error
     assert marker.read_text().strip() == checkpoint_id(ckpts[1])
-    assert Registry().aliases() == before
-    assert Registry().history().column("action").to_pylist() == ["promote", "promote", "revert"]
+    assert Registry(registry_dir()).aliases() == before
+    assert Registry(registry_dir()).history().column("action").to_pylist() == ["promote", "promote", "revert"]
 
 
 def test_http_hook_receives_the_checkpoint(cli, ckpts, tmp_path):
@@ -127,7 +128,7 @@ def test_http_hook_receives_the_checkpoint(cli, ckpts, tmp_path):
         assert cli(["deploy", ckpts[0], "--verdict", v, "--hook", url]).exit_code == 0
         assert got[0]["checkpoint_id"] == checkpoint_id(ckpts[0]) and os.path.isdir(got[0]["checkpoint_dir"])
         r = cli(["deploy", ckpts[1], "--verdict", v, "--hook", url])  # the server now answers 500
-        assert r.exit_code == 1 and Registry().aliases()["production"] == checkpoint_id(ckpts[0])
+        assert r.exit_code == 1 and Registry(registry_dir()).aliases()["production"] == checkpoint_id(ckpts[0])
     finally:
         server.shutdown()
 
@@ -175,11 +176,11 @@ def test_killed_mid_deploy_leaves_a_valid_registry(ckpts, tmp_path, crash_at, rl
         assert len(_temps(root)) == 1  # the killed copy is still there, until the next open
     _registry_is_valid(root)
     ids = [checkpoint_id(c) for c in ckpts]
-    assert Registry().aliases()["production"] == ids[DEPLOY_CRASHES[crash_at]]
+    assert Registry(registry_dir()).aliases()["production"] == ids[DEPLOY_CRASHES[crash_at]]
     # and the registry keeps working: the same deploy now completes
     assert _deploy(env, v, ckpts[1]) == 0
     _registry_is_valid(root)
-    assert Registry().aliases() == {"production": ids[1], "previous": ids[0]}
+    assert Registry(registry_dir()).aliases() == {"production": ids[1], "previous": ids[0]}
 
 
 def test_killed_mid_copy_into_an_empty_registry(ckpts, tmp_path, rlcycle_home):
@@ -190,7 +191,7 @@ def test_killed_mid_copy_into_an_empty_registry(ckpts, tmp_path, rlcycle_home):
     copied = sorted(os.listdir(root / "checkpoints" / temp))
     assert len(copied) == 1 and len(os.listdir(ckpts[0])) > 1  # killed after its first file
     _registry_is_valid(root)
-    assert Registry().aliases() == {} and Registry().checkpoints() == []
+    assert Registry(registry_dir()).aliases() == {} and Registry(registry_dir()).checkpoints() == []
 
 
 @pytest.mark.parametrize("crash_at, rolled_back", [("before-state:rollback", False), ("after-state:rollback", True)])
@@ -202,7 +203,7 @@ def test_killed_mid_rollback_leaves_a_valid_registry(ckpts, tmp_path, rlcycle_ho
     assert r.returncode == -signal.SIGKILL
     _registry_is_valid(root)
     ids = [checkpoint_id(c) for c in ckpts]
-    assert Registry().aliases()["production"] == (ids[0] if rolled_back else ids[1])
+    assert Registry(registry_dir()).aliases()["production"] == (ids[0] if rolled_back else ids[1])
 
 
 def test_opening_waits_for_a_live_writer_and_keeps_its_copy(ckpts, rlcycle_home):
@@ -250,9 +251,9 @@ def test_a_failed_hook_restores_the_previous_canary_too(cli, ckpts, tmp_path):
     v = verdict(tmp_path)
     assert cli(["deploy", ckpts[0], "--verdict", v]).exit_code == 0
     assert cli(["deploy", ckpts[1], "--verdict", v, "--canary", "0.2"]).exit_code == 0
-    before = Registry().state()
+    before = Registry(registry_dir()).state()
     assert cli(["deploy", ckpts[2], "--verdict", v, "--hook", "exit 1"]).exit_code == 1
-    after = Registry().state()
+    after = Registry(registry_dir()).state()
     assert after["aliases"] == before["aliases"] and after["canary"] == before["canary"]
 
 
@@ -266,13 +267,16 @@ def test_rollback_calls_the_serving_hook_and_a_failing_one_undoes_it(cli, ckpts,
     r = cli(["rollback", "--hook", f"echo $RLCYCLE_CHECKPOINT_ID $RLCYCLE_DEPLOY_ACTION > {marker}; exit 5"])
     assert r.exit_code == 1 and "serving hook failed (exit 5" in r.error and "rollback was undone" in r.error
     assert marker.read_text().split() == [ids[0], "rollback"]
-    assert Registry().aliases() == {"production": ids[1], "previous": ids[0]}
+    assert Registry(registry_dir()).aliases() == {"production": ids[1], "previous": ids[0]}
     r = cli(["rollback", "--json", "--hook", f"echo $RLCYCLE_CHECKPOINT_ID $RLCYCLE_CHECKPOINT_DIR > {marker}"])
     assert r.exit_code == 0, r.output
     got_id, got_dir = marker.read_text().split()
     assert got_id == ids[0] and checkpoint_id(Path(got_dir)) == ids[0]
-    assert json.loads(r.stdout)["hook"] and Registry().aliases() == {"production": ids[0], "previous": ids[1]}
-    hist = Registry().history().column("action").to_pylist()
+    assert json.loads(r.stdout)["hook"] and Registry(registry_dir()).aliases() == {
+        "production": ids[0],
+        "previous": ids[1],
+    }
+    hist = Registry(registry_dir()).history().column("action").to_pylist()
     assert hist == ["promote", "promote", "rollback", "revert", "rollback"]
 
 

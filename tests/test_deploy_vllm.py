@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from train_data import make_base, make_rows, write_examples
 
+from rlcycle.cli.options import registry_dir
 from rlcycle.deploy.vllm import PREFIX, Local, max_diff
 from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 from rlcycle.policy.registry import Registry
@@ -313,7 +314,7 @@ def test_deploy_v1_then_v2_loads_each_under_its_own_name(cli, ckpts, served):
     r = _deploy(cli, ckpts["v2"], served)
     assert r.exit_code == 0, r.output
     assert _models(served) == ["base", n2]
-    aliases = Registry().aliases()
+    aliases = Registry(registry_dir()).aliases()
     assert aliases["production"] == _cid(ckpts["v2"]) and aliases["previous"] == _cid(ckpts["v1"])
 
 
@@ -325,7 +326,7 @@ def test_the_next_cycles_adapter_deploys_onto_the_same_base(cli, ckpts, served):
     r = _deploy(cli, ckpts["c2"], served)
     assert r.exit_code == 0, r.output
     assert _models(served) == ["base", n2] and n1 != n2
-    assert Registry().aliases()["production"] == _cid(ckpts["c2"])
+    assert Registry(registry_dir()).aliases()["production"] == _cid(ckpts["c2"])
 
 
 def test_rollback_with_the_hook_serves_the_previous_adapter_again(cli, ckpts, served):
@@ -338,7 +339,7 @@ def test_rollback_with_the_hook_serves_the_previous_adapter_again(cli, ckpts, se
     r = cli(["rollback", "--hook", _hook(served), "--set", "hook_timeout_s=300"], env={"SERVE_KEY": KEY})
     assert r.exit_code == 0, r.output
     assert _models(served) == ["base", n1]
-    assert Registry().aliases()["production"] == _cid(ckpts["v1"])
+    assert Registry(registry_dir()).aliases()["production"] == _cid(ckpts["v1"])
 
 
 def test_server_answering_with_the_previous_adapter_is_caught_and_rolled_back(cli, ckpts, served):
@@ -355,15 +356,15 @@ def test_server_answering_with_the_previous_adapter_is_caught_and_rolled_back(cl
     r = _deploy(cli, ckpts["v2"], served)
     assert r.exit_code == 1, r.output
     assert "serving hook failed" in r.error and "FAILED the probe" in r.error and "differ" in r.error
-    assert Registry().aliases()["production"] == _cid(ckpts["v1"])  # moved back
+    assert Registry(registry_dir()).aliases()["production"] == _cid(ckpts["v1"])  # moved back
     assert _models(served) == ["base", n1]  # the bad one unloaded, production's kept
-    assert Registry().history().to_pylist()[-1]["action"] == "revert"
+    assert Registry(registry_dir()).history().to_pylist()[-1]["action"] == "revert"
 
 
 def test_adapter_that_does_not_match_the_merged_weights_fails(cli, ckpts, served):
     r = _deploy(cli, ckpts["corrupt"], served)
     assert r.exit_code == 1 and "FAILED the probe" in r.error, r.output
-    assert "production" not in Registry().aliases()
+    assert "production" not in Registry(registry_dir()).aliases()
     assert _models(served) == ["base"]
 
 
@@ -371,13 +372,13 @@ def test_checkpoint_without_adapter_says_how_to_serve_it(cli, ckpts, served):
     r = _deploy(cli, ckpts["full"], served)
     assert r.exit_code == 1, r.output
     assert "exit 2" in r.error and "no LoRA adapter" in r.error and "vllm serve" in r.error
-    assert _models(served) == ["base"] and "production" not in Registry().aliases()
+    assert _models(served) == ["base"] and "production" not in Registry(registry_dir()).aliases()
 
 
 def test_wrong_key_is_refused_and_changes_nothing(cli, ckpts, served):
     r = cli(["deploy", ckpts["v1"], "--force", "--hook", _hook(served)], env={"SERVE_KEY": "wrong"})
     assert r.exit_code == 1 and "HTTP 401" in r.error, r.output
-    assert _models(served) == ["base"] and "production" not in Registry().aliases()
+    assert _models(served) == ["base"] and "production" not in Registry(registry_dir()).aliases()
 
 
 def test_hook_standalone_reports_json_and_warns_when_the_probe_cannot_separate(ckpts, served):
@@ -414,24 +415,32 @@ def test_http_hook_sends_the_bearer_key_the_gateway_checks(cli, gw_models, tmp_p
     r = cli(["registry", "add", gw_models[0], "--alias", "production"])
     assert r.exit_code == 0, r.output
     old = r.stdout.strip().splitlines()[-1]
-    running = start(GatewayConfig(log_dir=str(tmp_path / "logs"), port=0, api_key="gw-s3cret", watch_interval_s=0))
+    running = start(
+        GatewayConfig(
+            registry=str(registry_dir()),
+            log_dir=str(tmp_path / "logs"),
+            port=0,
+            api_key="gw-s3cret",
+            watch_interval_s=0,
+        )
+    )
     try:
         hook = running.url + "/v1/rlcycle/reload"
         # no key: the gateway answers 401, deploy moves the alias back
         r = cli(["deploy", gw_models[1], "--force", "--hook", hook])
         assert r.exit_code == 1 and "401" in r.error, r.output
-        assert Registry().aliases()["production"] == old
+        assert Registry(registry_dir()).aliases()["production"] == old
         # the variable is named but unset: refused before anything moves (exit 2)
         monkeypatch.delenv("GW_KEY", raising=False)
         r = cli(["deploy", gw_models[1], "--force", "--hook", hook, "--hook-api-key-env", "GW_KEY"])
         assert r.exit_code == 2 and "$GW_KEY is not set" in r.error, r.output
-        assert Registry().history().to_pylist()[-1]["action"] == "revert"  # nothing new recorded
+        assert Registry(registry_dir()).history().to_pylist()[-1]["action"] == "revert"  # nothing new recorded
         # the right key, from the named variable (never from the config): the reload happens
         monkeypatch.setenv("GW_KEY", "gw-s3cret")
         r = cli(["deploy", gw_models[1], "--force", "--hook", hook, "--set", "hook_api_key_env=GW_KEY"])
         assert r.exit_code == 0, r.output
         new = running.gateway.models.describe()["checkpoint_id"]
-        assert new != old and Registry().aliases()["production"] == new
+        assert new != old and Registry(registry_dir()).aliases()["production"] == new
     finally:
         running.close()
 

@@ -26,6 +26,7 @@ import openai
 import polars as pl
 import pytest
 
+from rlcycle.cli.options import registry_dir
 from rlcycle.gateway import GatewayConfig, start
 from tests.test_gateway import read_events
 
@@ -119,7 +120,13 @@ def _register(cli, model: Path, alias: str = "production") -> str:
 def test_concurrent_sessions_lose_and_duplicate_nothing(cli, models, tmp_path):
     _register(cli, models[0])
     running = start(
-        GatewayConfig(log_dir=str(tmp_path / "logs"), port=0, flush_interval_s=0.1, rotate_bytes=4096)
+        GatewayConfig(
+            registry=str(registry_dir()),
+            log_dir=str(tmp_path / "logs"),
+            port=0,
+            flush_interval_s=0.1,
+            rotate_bytes=4096,
+        )
     )  # tiny files: rotation happens under load
     try:
         with Load(running.url, sessions=4) as load:
@@ -141,7 +148,13 @@ def test_concurrent_sessions_lose_and_duplicate_nothing(cli, models, tmp_path):
 def test_alias_move_during_load_names_the_serving_checkpoint(cli, models, tmp_path):
     old = _register(cli, models[0])
     running = start(
-        GatewayConfig(log_dir=str(tmp_path / "logs"), port=0, flush_interval_s=0.1, watch_interval_s=0)
+        GatewayConfig(
+            registry=str(registry_dir()),
+            log_dir=str(tmp_path / "logs"),
+            port=0,
+            flush_interval_s=0.1,
+            watch_interval_s=0,
+        )
     )  # the deploy hook, not the watcher, reloads
     try:
         with Load(running.url, sessions=3) as load:
@@ -168,7 +181,7 @@ def test_canary_share_is_sticky_per_session(cli, models, tmp_path):
     prod = _register(cli, models[0])
     r = cli(["deploy", models[1], "--force", "--canary", "0.5"])
     assert r.exit_code == 0, r.output
-    running = start(GatewayConfig(log_dir=str(tmp_path / "logs"), port=0))
+    running = start(GatewayConfig(registry=str(registry_dir()), log_dir=str(tmp_path / "logs"), port=0))
     try:
         cand = running.gateway.models.describe()["candidate_id"]
         assert cand not in (None, prod)

@@ -137,10 +137,9 @@ def test_a_damaged_cached_file_is_refused_by_its_sha256(tmp_path, monkeypatch):
     from rlcycle.errors import RlcycleError
     from rlcycle.policy.gguf import preset_gguf
 
-    monkeypatch.setenv("RLCYCLE_MODEL_CACHE", str(tmp_path))
     target = tmp_path / "smollm2-135m" / Path(SMOL.member).name
     target.parent.mkdir()
     target.write_bytes(b"truncated")
     with pytest.raises(RlcycleError, match="expected " + SMOL.sha256) as e:
-        preset_gguf("smollm2-135m")
+        preset_gguf("smollm2-135m", cache=tmp_path)
     assert "delete" in e.value.hint

@@ -40,6 +40,7 @@ FLOORS: dict[str, int] = {
     "stats": 2,
     "online": 2,
     "rollout": 2,
+    "stage": 2,
     "__init__": 1,
     "io": 1,
     "schema": 1,

@@ -12,13 +12,14 @@ from test_runner import make_suite, scrub
 
 from rlcycle.agent.runner import RunnerConfig, run_episodes
 from rlcycle.agent.scripted import ReferencePolicy, load_tokenizer
+from rlcycle.cli.options import registry_dir
 from rlcycle.errors import InputError
 from rlcycle.evaluation import stage as eval_stage
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 from rlcycle.rollout.executor import load_policy_spec, pin_policy
 from rlcycle.sandbox import SandboxPool
-from rlcycle.simulate import SimulateConfig, _policy_spec
 from rlcycle.simulate import run as simulate
+from rlcycle.simulate.stage import SimulateConfig, _policy_spec
 
 
 @pytest.fixture(scope="module")
@@ -88,27 +89,26 @@ def test_ray_needs_a_reference_and_a_servers_tokenizer_before_ray_starts(tmp_pat
 
 
 def test_the_cycles_simulate_and_eval_tables_take_the_keys():
-    """The cycle builds each stage's config from its table (`Cycle._sub`): no key list of its
-    own, so the executor keys come through, checked like any other key."""
-    from rlcycle.cycle import Cycle, CycleConfig
+    """The cycle's stage tables are the stages' own configs (typed): no key list of its own, so
+    the executor keys come through, checked like any other key, over the stage defaults."""
+    from rlcycle.config import resolve
+    from rlcycle.cycle import CycleConfig
 
     tables = {"executor": "ray", "ray_address": "auto", "workers_per_node": 2, "worker_retries": 1}
-    cycle = Cycle(CycleConfig(simulate=tables, eval=dict(tables, prefix_cache_tokens=0)))
-    sim = cycle._sub(SimulateConfig, "simulate")
-    ev = cycle._sub(eval_stage.EvalConfig, "eval")
+    cycle = resolve(CycleConfig, data={"simulate": tables, "eval": dict(tables, prefix_cache_tokens=0)})
+    sim, ev = cycle.simulate, cycle.eval
     for c in (sim, ev):
         assert c.rollout() == RolloutConfig("ray", "auto", 2, 1)
-    assert sim.episodes == 16 and ev.max_tasks == 12  # the sample defaults still apply
+    assert sim.episodes is None and ev.max_tasks is None  # the stage defaults apply, not the demo's
     assert (sim.prefix_cache_tokens, ev.prefix_cache_tokens) == (0, 0)
-    bad = Cycle(CycleConfig(eval={"executor": "slurm", "workers_per_node": 0}))
     with pytest.raises(InputError, match="executor='slurm'") as e:
-        bad._sub(eval_stage.EvalConfig, "eval")
+        resolve(CycleConfig, data={"eval": {"executor": "slurm", "workers_per_node": 0}})
     assert "workers_per_node=0" in str(e.value)  # every problem at once
 
 
 def test_pin_policy_names_a_reference_without_loading_it(tiny):
     from rlcycle.deploy.stage import register
-    from rlcycle.policy.registry import checkpoint_id
+    from rlcycle.policy.registry import Registry, checkpoint_id
 
     assert pin_policy("scripted:reference") == ("scripted:reference", "scripted:reference", None)
     assert pin_policy("http://127.0.0.1:9/v1") == ("http://127.0.0.1:9/v1",) * 2 + (None,)
@@ -116,11 +116,11 @@ def test_pin_policy_names_a_reference_without_loading_it(tiny):
     cid = checkpoint_id(model)
     assert pin_policy(str(model)) == (str(model.resolve()), cid, cid)
     # An alias is pinned to the directory it names now: workers load that very checkpoint.
-    register(model, "production")
-    ref, name, got = pin_policy("production")
+    register(model, "production", Registry(registry_dir()))
+    ref, name, got = pin_policy("production", registry_dir())
     assert (name, got) == (cid, cid) and checkpoint_id(ref) == cid and ref != "production"
     with pytest.raises(InputError):
-        pin_policy("candidate")  # not set in this registry
+        pin_policy("candidate", registry_dir())  # not set in this registry
 
 
 def test_an_out_of_range_or_repeated_shard_is_refused(tasks):

@@ -117,6 +117,8 @@ def test_sdist_and_wheel_hold_the_package_data(dist):
         "rlcycle/data/sandbox_images/Dockerfile",
         "rlcycle/data/sandbox_images/build_base_offline.sh",
         "rlcycle/sandbox/executor.py",
+        "rlcycle/configs/demo.toml",
+        "rlcycle/configs/cron.toml",
     ):
         assert want in names and want in snames, want
     assert not [n for n in names if n.startswith(("tests/", "sample_data/", "scripts/")) or "__pycache__" in n]
@@ -158,7 +160,9 @@ def test_the_installed_wheel_runs_its_defaults_from_an_empty_directory(installed
     assert Path(lineage["config"]["init_model"]["tokenizer"]).resolve().is_relative_to(env_root)
 
     out = run(
-        [installed / "rlcycle", "cycle", "--source", "logs", "--until", "distill", "--json", "-q"], cwd=empty, env=env
+        [installed / "rlcycle", "cycle", "--config", "demo", "--source", "logs", "--until", "distill", "--json", "-q"],
+        cwd=empty,
+        env=env,
     ).stdout
     stages = {s["name"]: s for s in json.loads(out)["stages"]}
     assert stages["collect"]["status"] == stages["distill"]["status"] == "ran"
@@ -170,12 +174,6 @@ def test_the_installed_wheel_runs_its_defaults_from_an_empty_directory(installed
     assert examples.height > 0
 
 
-# The demo's packaged config (`rlcycle cycle --config demo`), made on branch `stage` (issue 22).
-# Until it is in the tree the demo is what `rlcycle cycle` runs with no config at all: the
-# cycle's defaults are the demo's sizes there.
-DEMO = REPO / "rlcycle" / "configs" / "demo.toml"
-
-
 @pytest.mark.slow
 @pytest.mark.docker
 def test_the_installed_wheel_builds_the_sandbox_and_runs_the_demo_cycle_to_the_end(installed, tmp_path, docker_client):
@@ -185,10 +183,11 @@ def test_the_installed_wheel_builds_the_sandbox_and_runs_the_demo_cycle_to_the_e
     built = json.loads(run([installed / "rlcycle", "sandbox", "build", "--json"], cwd=empty, env=env).stdout)
     # the packaged build context is the checkout's: the same content-hashed image
     assert [b["image"] for b in built["images"]] == [image_tag()]
-    demo = ["--config", "demo"] if DEMO.exists() else []
     run_dir = empty / "runs" / "demo"
-    # The whole demo (simulate, train, eval in sandboxes) takes minutes; a shared CPU box, more.
-    cmd = [installed / "rlcycle", "cycle", *demo, "--run-dir", run_dir, "--json", "-q"]
+    # The packaged demo config (rlcycle/configs/demo.toml: the demo's sizes and the empty-registry
+    # bootstrap). The whole demo (simulate, train, eval in sandboxes) takes minutes; a shared CPU
+    # box, more.
+    cmd = [installed / "rlcycle", "cycle", "--config", "demo", "--run-dir", run_dir, "--json", "-q"]
     proc = run(cmd, cwd=empty, env=env, timeout=3600)
     summary = json.loads(proc.stdout)
     stages = {s["name"]: s["status"] for s in summary["stages"]}

@@ -1,7 +1,8 @@
-"""`rlcycle cycle`: the whole loop in one run directory."""
+"""`rlcycle cycle`: the whole loop in one run directory (rlcycle/cycle.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
@@ -14,33 +15,47 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "cycle",
         help=(
-            "Chain collect, distill, train, eval and deploy in one run directory. Stages whose "
-            "inputs and config are unchanged are skipped; a crashed cycle resumes at its first "
+            "Chain simulate (or collect from logs), distill, train, eval and deploy in one run directory. "
+            "Stages whose inputs and config are unchanged are skipped; a crashed cycle resumes at its first "
             "unfinished stage; one cycle runs at a time. Exit 3 when the eval gate refused "
             "(nothing deployed).\n\n"
-            "With no arguments it runs on the bundled sample data with the tiny default model.\n\n"
+            "Every stage table defaults to that stage's production defaults. `--config demo` is the "
+            "packaged demo (rlcycle/configs/demo.toml: small sizes, and the tiny default model as "
+            "production when the registry is empty); without it an empty registry is an error (exit 2).\n\n"
             "Examples:\n\n"
-            "  rlcycle cycle\n\n"
+            "  rlcycle cycle --config demo\n\n"
             "  rlcycle cycle --config cycle.toml --run-dir runs/$(date +%F-%H) --json\n\n"
+            "  rlcycle cycle --config cycle.toml --plan\n\n"
             "  rlcycle cycle --run-dir runs/c1 --from train --force"
         ),
     )
     def cycle(
-        config: Path = opt.config(help="Cycle config (TOML; [cycle] table or top level)."),
+        config: Path = opt.config(
+            help="Cycle config: a TOML file ([cycle] table or top level), or a packaged one by name (demo, cron)."
+        ),
         run_dir: str = typer.Option(None, "--run-dir", help="Run directory (default runs/cycle)."),
         source: str = typer.Option(None, "--source", help="logs or simulate."),
         events: list[str] = typer.Option(None, "--events", help="Event logs for source=logs (repeatable)."),
-        set_: list[str] = opt.sets(help="Override a top-level key: --set source=simulate."),
+        set_: list[str] = opt.sets(help="Override a key: --set source=simulate, --set train.max_steps=50."),
         from_stage: str = typer.Option(None, "--from", help="First stage to run (earlier ones are skipped)."),
         until_stage: str = typer.Option(None, "--until", help="Last stage to run."),
         force: bool = typer.Option(False, "--force", help="Rerun the selected stages even when cached."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Show what would run; run nothing."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Show what would run; run and write nothing."),
+        plan: bool = typer.Option(
+            False, "--plan", help="Print the resolved config (every stage table) as JSON; read nothing else."
+        ),
         as_json: bool = opt.json_flag("Print one JSON summary object."),
         quiet: bool = opt.quiet("No progress on stderr."),
     ) -> None:
         from rlcycle import cycle as stage
+        from rlcycle.stage import RunLayout
 
         cfg = stage.load_config(config, set_, {"run_dir": run_dir, "source": source, "events": events or None})
+        if cfg.registry_home is None:  # the CLI's default home (rlcycle/cli/options.py)
+            cfg = dataclasses.replace(cfg, registry_home=str(opt.home()))
+        if plan:
+            opt.emit_json(dataclasses.asdict(cfg))
+            return
         result = stage.Cycle(
             cfg, force=force, dry_run=dry_run, from_stage=from_stage, until_stage=until_stage, quiet=quiet
         ).run()
@@ -53,6 +68,6 @@ def register(app: typer.Typer) -> None:
                 "the eval gate refused the candidate; nothing was deployed"
                 if result.exit_code == 3
                 else f"the cycle stopped: eval gave no verdict ({result.decision})",
-                hint=f"see {cfg.run_dir}/eval/verdict.json",
+                hint=f"see {RunLayout(cfg.run_dir).file('verdict')}",
                 exit_code=result.exit_code,
             )

@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
             },
             section="deploy",
         )
-        result = stage.run(cfg, checkpoint, verdict)
+        result = stage.run(cfg, checkpoint, verdict, opt.open_registry())
         _report(result, as_json)
 
     @app.command(
@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
             {"alias": alias, "hook": hook, "hook_api_key_env": hook_api_key_env},
             section="deploy",
         )
-        _report(stage.rollback(cfg.alias, note=note, config=cfg), as_json)
+        _report(stage.rollback(opt.open_registry(), cfg.alias, note=note, config=cfg), as_json)
 
     app.add_typer(registry_app, name="registry")
 
@@ -123,9 +123,7 @@ def registry_ls(
     as_json: bool = opt.json_flag("Print one JSON object."),
     history: int = typer.Option(10, "--history", help="How many recent deployments to show."),
 ) -> None:
-    from rlcycle.policy.registry import Registry
-
-    reg = Registry()
+    reg = opt.open_registry()
     hist = reg.history().to_pylist()[-history:] if history else []
     state = reg.state()
     if as_json:
@@ -157,9 +155,9 @@ def registry_ls(
 def registry_show(
     ref: str = typer.Argument(..., help="Alias, checkpoint id, or directory."),
 ) -> None:
-    from rlcycle.policy.registry import Registry, checkpoint_id
+    from rlcycle.policy.registry import checkpoint_id
 
-    path = Registry().resolve(ref)
+    path = opt.open_registry().resolve(ref)
     meta_path = path / "rlcycle.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     opt.emit_json({"id": checkpoint_id(path), "path": str(path), **meta})
@@ -175,4 +173,4 @@ def registry_add(
 ) -> None:
     from rlcycle import deploy as stage
 
-    typer.echo(stage.register(checkpoint, alias))
+    typer.echo(stage.register(checkpoint, alias, opt.open_registry()))

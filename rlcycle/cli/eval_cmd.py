@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
             {"attempts": attempts, "sandboxes": sandboxes, "executor": executor, "ray_address": ray_address},
             section="eval",
         )
-        result = stage.run(cfg, candidate, baseline, tasks, out)
+        result = stage.run(cfg, candidate, baseline, tasks, out, registry=opt.registry_dir())
         console.err.print(stage.verdict_table(result.verdict))
         if as_json:
             opt.emit_json(result.verdict)

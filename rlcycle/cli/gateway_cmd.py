@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
@@ -72,6 +73,8 @@ def register(app: typer.Typer) -> None:
             },
             section="gateway",
         )
+        if cfg.registry is None:  # the CLI's default registry (rlcycle/cli/options.py)
+            cfg = dataclasses.replace(cfg, registry=str(opt.registry_dir()))
 
         def listening(url: str, gw) -> None:
             info = gw.models.describe()

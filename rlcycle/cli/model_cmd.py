@@ -75,7 +75,7 @@ def _register_init_model(app: typer.Typer) -> None:
             },
             section="init_model",
         )
-        result = model_init.run(cfg, out, force=force)
+        result = model_init.run(cfg, out, force=force, model_cache=opt.model_cache())
         if as_json:
             opt.emit_json(result.as_dict())
         else:

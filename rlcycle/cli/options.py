@@ -2,7 +2,9 @@
 
 In: a command's config section and wording. Out: typer option declarations for `--config`,
 `--set`, `--json`, `--quiet`/`-q` and `-o/--out`, spelled, defaulted and documented alike in
-every command; `emit_json()` prints the `--json` object where docs/design.md ("Conventions") says it goes.
+every command; `emit_json()` prints the `--json` object where docs/design.md ("Conventions") says it goes;
+`home()`/`registry_dir()`: the one place that reads $RLCYCLE_HOME (the CLI's default home; the
+libraries below take the home or registry directory as an argument).
 
     from rlcycle.cli import options as opt
 
@@ -16,6 +18,7 @@ every command; `emit_json()` prints the `--json` object where docs/design.md ("C
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,28 @@ from typing import Any
 import typer
 
 from rlcycle import console
+
+
+def home() -> Path:
+    """The CLI's rlcycle home: $RLCYCLE_HOME, else ~/.rlcycle (registry/, cycle.lock, models/)."""
+    return Path(os.environ.get("RLCYCLE_HOME") or Path.home() / ".rlcycle")
+
+
+def registry_dir() -> Path:
+    """The CLI's default model registry: `home()/registry`."""
+    return home() / "registry"
+
+
+def model_cache() -> Path:
+    """Where `init-model --preset` downloads live: $RLCYCLE_MODEL_CACHE, else home()/cache/models."""
+    return Path(os.environ.get("RLCYCLE_MODEL_CACHE") or home() / "cache" / "models")
+
+
+def open_registry() -> Any:
+    """The CLI's default model registry, opened (and repaired: rlcycle.policy.registry)."""
+    from rlcycle.policy.registry import Registry
+
+    return Registry(registry_dir())
 
 
 def config(section: str = "", *, help: str | None = None) -> Any:

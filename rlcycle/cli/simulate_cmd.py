@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
             },
             section="simulate",
         )
-        result = stage.run(cfg, policy, tasks, out, quiet=quiet)
+        result = stage.run(cfg, policy, tasks, out, quiet=quiet, registry=opt.registry_dir())
         if out != "-":
             save_resolved(cfg, f"{out}.config.json")  # as collect and distill; `collect DIR` skips it
         if as_json:

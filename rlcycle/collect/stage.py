@@ -58,6 +58,7 @@ from rlcycle.config import cfg, check_range
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
 from rlcycle.schema import TRAJECTORIES, conform
+from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
 
 @dataclass
@@ -415,3 +416,29 @@ def format_summary(r: CollectResult) -> str:
                 f"{c['invalid_tool_calls']:,} invalid tool calls"
             )
     return "\n".join(lines)
+
+
+# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+
+_CYCLE_KEYS = ("samples_out", "episodes_out", "quarantined", "duplicates", "held_back_episodes")
+
+
+class CollectStage:
+    """The cycle's collect: its events (simulate's, or the production logs) -> trajectories."""
+
+    name = "collect"
+    config_class = CollectConfig
+    cacheable, gate, publishes = True, False, False
+
+    def inputs(self, ctx: StageContext) -> dict[str, str]:
+        return {"events": content_key(list(ctx.events), pending_ok=True)}
+
+    def outputs(self, layout: RunLayout) -> dict[str, Path]:
+        return {"trajectories": layout.file("trajectories")}
+
+    def run(self, config: CollectConfig, ctx: StageContext) -> Outcome:
+        r = run(config, list(ctx.events), str(ctx.layout.file("trajectories")), quiet=ctx.quiet)
+        return Outcome({k: v for k, v in r.as_dict().items() if k in _CYCLE_KEYS}, format_summary(r))
+
+
+STAGE = CollectStage()

@@ -33,6 +33,7 @@ from rlcycle.config import cfg, check_range
 from rlcycle.deploy.hooks import call_hook
 from rlcycle.errors import EXIT_GATE_REFUSED, InputError, RlcycleError
 from rlcycle.policy.registry import Entry, Registry, actor
+from rlcycle.stage import Outcome, RunLayout, StageContext, checkpoint_key
 
 
 @dataclass
@@ -135,9 +136,10 @@ def run(
     config: DeployConfig,
     checkpoint: str | Path,
     verdict_path: str | Path | None,
-    registry: Registry | None = None,
+    registry: Registry,
 ) -> DeployResult:
-    reg = registry or Registry()
+    """Promote `checkpoint` into `registry` (its verdict permitting), then the serving hook."""
+    reg = registry
     verdict = load_verdict(verdict_path)
     api_key = config.hook_api_key() if config.hook else None  # before anything moves
     with reg.locked():
@@ -212,15 +214,15 @@ def run(
 
 
 def rollback(
+    registry: Registry,
     alias: str = "production",
-    registry: Registry | None = None,
     note: str | None = None,
     config: DeployConfig | None = None,
 ) -> DeployResult:
     """Point `alias` back at `previous` (and `previous` at what was rolled back from); then the
     serving hook, as deploy calls it, with the checkpoint rolled back to. If the hook fails, the
     serving side still has the newer one: the rollback is reverted (recorded) and it raises."""
-    reg = registry or Registry()
+    reg = registry
     hook = config.hook if config else None
     api_key = config.hook_api_key() if hook else None  # before anything moves
     with reg.locked():
@@ -259,9 +261,9 @@ def rollback(
     return DeployResult("rollback", alias, back, current, hook=hook)
 
 
-def register(checkpoint: str | Path, alias: str | None, registry: Registry | None = None) -> str:
+def register(checkpoint: str | Path, alias: str | None, registry: Registry) -> str:
     """Add a checkpoint (e.g. the first production model), optionally setting an alias."""
-    reg = registry or Registry()
+    reg = registry
     with reg.locked():
         cid = reg.add(checkpoint)
         if alias:
@@ -271,3 +273,40 @@ def register(checkpoint: str | Path, alias: str | None, registry: Registry | Non
                 Entry("register", alias, cid, old.get(alias), None, None, actor(), None),
             )
     return cid
+
+
+# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+
+
+class DeployStage:
+    """The cycle's deploy: train's checkpoint into the registry with eval's verdict. Never
+    cached (its effect is the registry, not the run directory), and so it checks the registry
+    itself: `up_to_date` when the alias already points at the checkpoint, `superseded` when the
+    checkpoint was promoted before (rerunning an old run directory must not roll production
+    back to it: that takes an explicit `rlcycle deploy` or `rlcycle rollback`)."""
+
+    name = "deploy"
+    config_class = DeployConfig
+    cacheable, gate, publishes = False, False, True
+
+    def inputs(self, ctx: StageContext) -> dict[str, str]:
+        return {"checkpoint": checkpoint_key(ctx.layout.file("checkpoint"))}
+
+    def outputs(self, layout: RunLayout) -> dict[str, Path]:
+        return {}
+
+    def run(self, config: DeployConfig, ctx: StageContext) -> Outcome:
+        ckpt = ctx.layout.file("checkpoint")
+        cid = checkpoint_key(ckpt)
+        reg = Registry(ctx.registry)
+        if reg.aliases().get(config.alias) == cid:
+            return Outcome({"status": "up_to_date", "checkpoint_id": cid}, f"deploy: {config.alias} is {cid} already")
+        if any(h["action"] == "promote" and h["checkpoint_id"] == cid for h in reg.history().to_pylist()):
+            return Outcome({"status": "superseded", "checkpoint_id": cid}, f"deploy: {cid} was promoted before")
+        r = run(config, ckpt, ctx.layout.file("verdict"), reg)
+        return Outcome(
+            {"checkpoint_id": r.checkpoint_id, "previous_id": r.previous_id, "action": r.action}, format_summary(r)
+        )
+
+
+STAGE = DeployStage()

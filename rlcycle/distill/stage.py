@@ -50,6 +50,7 @@ from rlcycle.distill import advantages, features, monitors, rewards
 from rlcycle.distill.spec import CREDITS, RewardSpec, default_spec
 from rlcycle.errors import InputError
 from rlcycle.schema import EXAMPLES, TRAJECTORIES, check, conform
+from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
 REPORT_NAME = "reward_report.json"
 OUTPUT_COLUMNS = ("reward", "reward_parts", "group_key", "advantage", "weight", "excluded")
@@ -385,3 +386,32 @@ def format_summary(r: DistillResult) -> str:
 
 def _p(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:.1f}%"
+
+
+# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+
+
+class DistillStage:
+    """The cycle's distill: collect's trajectories and the reward spec -> training examples.
+    The spec's own [distill] table sits under the cycle's (rlcycle.cycle.load_config)."""
+
+    name = "distill"
+    config_class = DistillConfig
+    cacheable, gate, publishes = True, False, False
+
+    def inputs(self, ctx: StageContext) -> dict[str, str]:
+        traj = ctx.layout.file("trajectories")
+        return {"trajectories": content_key([traj], pending_ok=True), "spec": content_key([ctx.reward_spec])}
+
+    def outputs(self, layout: RunLayout) -> dict[str, Path]:
+        return {"examples": layout.file("examples"), "report": layout.file("reward_report")}
+
+    def run(self, config: DistillConfig, ctx: StageContext) -> Outcome:
+        from rlcycle.distill.spec import load_spec
+
+        traj, out = ctx.layout.file("trajectories"), ctx.layout.file("examples")
+        r = run(config, str(traj), str(out), load_spec(ctx.reward_spec), quiet=ctx.quiet)
+        return Outcome({"rows": r.rows, "included": r.included, "excluded": r.excluded}, format_summary(r))
+
+
+STAGE = DistillStage()

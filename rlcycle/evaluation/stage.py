@@ -34,6 +34,7 @@ from rlcycle.errors import InputError
 from rlcycle.evaluation.verdict import GateConfig, decide
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 from rlcycle.schema import EVAL_RESULTS, conform
+from rlcycle.stage import Outcome, RunLayout, StageContext, checkpoint_key, content_key
 
 
 @dataclass
@@ -90,7 +91,16 @@ def _rows(episodes) -> pa.Table:
     return conform(pa.Table.from_pylist(rows, schema=EVAL_RESULTS.schema), EVAL_RESULTS)
 
 
-def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path, out: str | Path) -> EvalResult:
+def run(
+    config: EvalConfig,
+    candidate: str,
+    baseline: str,
+    tasks_dir: str | Path,
+    out: str | Path,
+    registry: str | Path | None = None,
+) -> EvalResult:
+    """Evaluate `candidate` against `baseline` on the suite `tasks_dir`: `out` (the episodes) and
+    `verdict.json` beside it. `registry`: the registry directory aliases resolve in."""
     from rlcycle.agent.runner import RunnerConfig
 
     problems = config.validate()
@@ -116,8 +126,8 @@ def run(config: EvalConfig, candidate: str, baseline: str, tasks_dir: str | Path
         retries=config.retries,
         concurrency=config.sandboxes,
     )
-    cand = _policy(candidate, config)
-    base = _policy(baseline, config)
+    cand = _policy(candidate, config, registry)
+    base = _policy(baseline, config, registry)
     cand_name, base_name = f"candidate:{cand.name}", f"baseline:{base.name}"
     episodes = []
     try:
@@ -171,16 +181,18 @@ class _Policy:
     checkpoint_id: str | None
 
 
-def _policy(ref: str, config: EvalConfig) -> _Policy:
+def _policy(ref: str, config: EvalConfig, registry: str | Path | None = None) -> _Policy:
     """Loaded here for the local executor; for Ray only named (each worker loads its copy)."""
     if config.executor == "ray":
         from rlcycle.rollout.executor import pin_policy
 
-        pinned, name, cid = pin_policy(ref)
+        pinned, name, cid = pin_policy(ref, registry)
         return _Policy(PolicySpec(pinned, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens), name, cid)
     from rlcycle.policy.resolve import resolve_policy
 
-    r = resolve_policy(ref, tokenizer=config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens)
+    r = resolve_policy(
+        ref, tokenizer=config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens, registry=registry
+    )
     return _Policy(PolicySpec(None, config.tokenizer, r.policy), r.name, r.checkpoint_id)
 
 
@@ -238,3 +250,40 @@ def verdict_table(v: dict[str, Any]) -> Any:
 
 def _fmt(x) -> str:
     return f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+
+
+class EvalStage:
+    """The cycle's eval: train's checkpoint against the pinned base on the cycle's suite. A
+    gate: its `decision` decides whether the cycle goes on to deploy."""
+
+    name = "eval"
+    config_class = EvalConfig
+    cacheable, gate, publishes = True, True, False
+
+    def inputs(self, ctx: StageContext) -> dict[str, str]:
+        return {
+            "candidate": checkpoint_key(ctx.layout.file("checkpoint")),
+            "baseline": ctx.base_id,
+            "tasks": content_key([ctx.tasks]),
+        }
+
+    def outputs(self, layout: RunLayout) -> dict[str, Path]:
+        return {"results": layout.file("eval_results"), "verdict": layout.file("verdict")}
+
+    def run(self, config: EvalConfig, ctx: StageContext) -> Outcome:
+        ckpt, out = ctx.layout.file("checkpoint"), ctx.layout.file("eval_results")
+        r = run(config, str(ckpt), str(ctx.base_path), ctx.tasks, out, registry=ctx.registry)
+        failed = [g["name"] for g in r.verdict.get("gates", []) if not g["passed"]]
+        record = {
+            "decision": r.decision,
+            "failed_gates": failed,
+            "verdict": r.verdict_path,
+            "status": "refused" if r.decision == "refuse" else "ran",
+        }
+        return Outcome(record, f"eval: {r.decision}" + (f" (failed: {', '.join(failed)})" if failed else ""))
+
+
+STAGE = EvalStage()

@@ -1,7 +1,7 @@
 """The production side: an OpenAI-compatible chat endpoint that logs on-policy `completion` events.
 
     from rlcycle.gateway import GatewayConfig, start
-    running = start(GatewayConfig(alias="production", log_dir="logs/gateway", port=0))
+    running = start(GatewayConfig(alias="production", registry="~/.rlcycle/registry", log_dir="logs/gateway", port=0))
     ...  # point any OpenAI client at f"{running.url}/v1"
     running.close()
 

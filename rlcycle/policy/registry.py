@@ -1,6 +1,8 @@
 """The model registry: content-addressed checkpoints and aliases on disk, updated atomically.
 
-Layout under `<RLCYCLE_HOME>/registry` (RLCYCLE_HOME defaults to ~/.rlcycle):
+Layout of a registry directory (the caller names it: `Registry(root)`; the CLI's default is
+`$RLCYCLE_HOME/registry`, RLCYCLE_HOME defaulting to ~/.rlcycle, resolved in rlcycle/cli/options.py;
+a cycle's is `<registry_home>/registry`):
 
     checkpoints/<id>/     an HF checkpoint (loadable as is) + rlcycle.json; never modified
     state.json            {"seq", "aliases": {name: id}, "canary": {...}, "last": <entry>}
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -46,10 +47,6 @@ from rlcycle.schema import DEPLOYMENTS
 ALIASES = ("production", "previous", "candidate")
 
 
-def home() -> Path:
-    return Path(os.environ.get("RLCYCLE_HOME") or Path.home() / ".rlcycle")
-
-
 def checkpoint_id(path: str | Path) -> str:
     """The content id of a checkpoint directory."""
     p = Path(path)
@@ -62,6 +59,20 @@ def checkpoint_id(path: str | Path) -> str:
         if found:
             return str(found)
     return digest.checkpoint_id_of(digest.tree_sha256(p))
+
+
+def checkpoint_dir(ref: str, registry: str | Path | None) -> Path:
+    """The checkpoint directory `ref` names: a directory as is, else an alias, id or
+    `registry:<alias>` of the registry directory `registry` (opened only then)."""
+    path = Path(ref)
+    if path.is_dir():
+        return path
+    if registry is None:
+        raise InputError(
+            f"policy {ref!r}: not a directory, and no registry was given to resolve it as an alias",
+            hint="pass a checkpoint directory, or name the registry (the CLI's default: $RLCYCLE_HOME/registry)",
+        )
+    return Registry(registry).resolve(ref)  # raises a clear error naming the known aliases
 
 
 @dataclass
@@ -94,9 +105,13 @@ class Entry:
 class Registry:
     """Open (and repair) a registry; every mutation happens under `with reg.locked():`."""
 
-    def __init__(self, root: str | Path | None = None):
-        self.root = Path(root) if root else home() / "registry"
+    def __init__(self, root: str | Path, readonly: bool = False):
+        """`readonly`: only read it (a dry run): nothing is created, locked or repaired, and a
+        registry that does not exist reads as empty."""
+        self.root = Path(root)
         self.ckpts = self.root / "checkpoints"
+        if readonly:
+            return
         self.ckpts.mkdir(parents=True, exist_ok=True)
         with self.locked():  # finishes a history append a killed writer left undone
             self._remove_stale_temps()

@@ -5,7 +5,8 @@ A reference is one of:
   (`rlcycle.agent.scripted`): the tasks' reference solutions, or an agent that does nothing;
 - an http(s) URL — an OpenAI-compatible server (vLLM, SGLang, `rlcycle serve`);
 - a registry alias (`production`, `previous`, `candidate`, or `registry:<alias>`) or a
-  checkpoint id — resolved through the model registry;
+  checkpoint id — resolved through the model registry the caller names (`registry`, a
+  registry directory; nothing here reads $RLCYCLE_HOME);
 - a checkpoint directory.
 The `name` recorded in events and eval results is the checkpoint id when there is one (so
 collect's `policy_version` is the content hash of what served), else the reference itself.
@@ -27,16 +28,21 @@ class ResolvedPolicy:
 
 
 def resolve_policy(
-    ref: str, tokenizer: str | Path | None = None, prefix_cache_tokens: int = 0, **options: Any
+    ref: str,
+    tokenizer: str | Path | None = None,
+    prefix_cache_tokens: int = 0,
+    registry: str | Path | None = None,
+    **options: Any,
 ) -> ResolvedPolicy:
     """Load the policy `ref` names (see the module docstring).
 
     `prefix_cache_tokens` is the prefix KV cache budget of the in-process backend
     (HFPolicyConfig, rlcycle/policy/prefix.py), so it applies to checkpoints only: a scripted
     policy has no model, and a server keeps its own cache (vLLM, SGLang, `rlcycle serve
-    --prefix-cache-tokens`). `options` go to the backend's config as given."""
+    --prefix-cache-tokens`). `registry` is the registry directory an alias resolves in (None: a
+    reference that is not a directory is an error). `options` go to the backend's config as given."""
     from rlcycle.policy.load import load_policy
-    from rlcycle.policy.registry import Registry, checkpoint_id
+    from rlcycle.policy.registry import checkpoint_dir, checkpoint_id
 
     if ref.startswith("scripted:"):
         from rlcycle.agent import scripted
@@ -44,9 +50,7 @@ def resolve_policy(
         return ResolvedPolicy(scripted.make(ref, tokenizer), ref, None, None)
     if ref.startswith(("http://", "https://")):
         return ResolvedPolicy(load_policy(ref, **options), ref, None, None)
-    path = Path(ref)
-    if not path.is_dir():
-        path = Registry().resolve(ref)  # raises a clear error naming the known aliases
+    path = checkpoint_dir(ref, registry)
     cid = checkpoint_id(path)
     options = {"prefix_cache_tokens": prefix_cache_tokens, **options}
     return ResolvedPolicy(load_policy(path, **options), cid, cid, path)

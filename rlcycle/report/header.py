@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlcycle.cycle import STAGES
 from rlcycle.report.load import RunDir, Unavailable
 from rlcycle.report.page import Raw, Section, badge, compact, dl, join, section, table, tag
+from rlcycle.stage import RunLayout
 
 DECISION_KIND = {"accept": "ok", "refuse": "bad", "no_verdict": "warn"}
 STATE_KIND = {"finished": "ok", "unfinished": "warn", "not run": "neutral"}
@@ -72,7 +72,7 @@ def _deployed(run: RunDir) -> str:
 
 def _stages(run: RunDir) -> Raw:
     rows, total = [], 0.0
-    for stage in STAGES:
+    for stage in RunLayout.STAGES:
         state = run.stage_state(stage)
         if stage == "simulate" and state == "not run":
             continue  # only cycles with source=simulate have it

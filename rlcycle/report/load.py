@@ -1,7 +1,7 @@
 """Reading a run directory for the report: every missing piece becomes a reason, not a crash.
 
-A run directory (rlcycle/cycle.py) holds `run.json` and one folder per stage, each with its
-outputs and a `manifest.json` written last. A stage that never ran has no folder; one that
+A run directory (rlcycle/cycle.py; every path of it from `rlcycle.stage.RunLayout`) holds
+`run.json` and one folder per stage, each with its outputs and a `manifest.json` written last. A stage that never ran has no folder; one that
 crashed has a folder but no manifest; outputs are written atomically, so a file that exists is
 whole. `Unavailable` carries the sentence the report shows in place of a section.
 """
@@ -16,18 +16,10 @@ import polars as pl
 import pyarrow as pa
 
 from rlcycle import io as rio
-from rlcycle.cycle import STAGES
 from rlcycle.errors import InputError
+from rlcycle.stage import RunLayout
 
-RUN_FILES = {
-    "trajectories": ("collect", "collect/trajectories.arrow"),
-    "examples": ("distill", "distill/examples.arrow"),
-    "reward_report": ("distill", "distill/reward_report.json"),
-    "train_metrics": ("train", "train/checkpoint/train_metrics.arrow"),
-    "checkpoint_meta": ("train", "train/checkpoint/rlcycle.json"),
-    "eval_results": ("eval", "eval/eval_results.arrow"),
-    "verdict": ("eval", "eval/verdict.json"),
-}
+RUN_FILES = RunLayout.FILES  # name -> (stage, path in the run directory)
 
 
 class Unavailable(Exception):
@@ -35,10 +27,11 @@ class Unavailable(Exception):
 
 
 class RunDir:
-    """Lazy, cached access to a run directory's files by name (RUN_FILES)."""
+    """Lazy, cached access to a run directory's files by name (RunLayout.FILES)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.layout = RunLayout(self.path)
         if not self.path.exists():
             raise InputError(
                 f"run directory {self.path}: no such directory",
@@ -49,7 +42,7 @@ class RunDir:
                 f"run directory {self.path}: is a file, expected a directory",
                 hint="pass the directory that holds run.json and the stage folders",
             )
-        if not (self.path / "run.json").exists() and not any((self.path / s).is_dir() for s in STAGES):
+        if not self.layout.run_json.exists() and not any(self.layout.stage_dir(s).is_dir() for s in RunLayout.STAGES):
             raise InputError(
                 f"{self.path}: not a run directory (no run.json and no stage folder)",
                 hint="run `rlcycle cycle --run-dir DIR` first, then `rlcycle report DIR`",
@@ -61,7 +54,7 @@ class RunDir:
     def manifest(self, stage: str) -> dict[str, Any] | None:
         """The stage's manifest, or None when it did not finish (or is unreadable)."""
         try:
-            return self._json(self.path / stage / "manifest.json")
+            return self._json(self.layout.manifest(stage))
         except Unavailable:
             return None
 
@@ -69,11 +62,11 @@ class RunDir:
         """finished | unfinished (folder, no manifest) | not run (no folder)."""
         if self.manifest(stage) is not None:
             return "finished"
-        return "unfinished" if (self.path / stage).is_dir() else "not run"
+        return "unfinished" if self.layout.stage_dir(stage).is_dir() else "not run"
 
     def run_info(self) -> dict[str, Any]:
         try:
-            return self._json(self.path / "run.json")
+            return self._json(self.layout.run_json)
         except Unavailable:
             return {}
 
@@ -81,13 +74,13 @@ class RunDir:
 
     def file(self, name: str) -> Path:
         """The path of a named output; Unavailable with the reason when it is not there."""
-        stage, rel = RUN_FILES[name]
-        path = self.path / rel
+        stage, rel = RunLayout.stage_of(name), RunLayout.relative(name)
+        path = self.layout.file(name)
         if path.exists():
             return path
         state = self.stage_state(stage)
         if state == "not run":
-            raise Unavailable(f"the {stage} stage did not run ({self.path / stage} does not exist)")
+            raise Unavailable(f"the {stage} stage did not run ({self.layout.stage_dir(stage)} does not exist)")
         if state == "unfinished":
             raise Unavailable(f"the {stage} stage did not finish (no {stage}/manifest.json; {rel} is missing)")
         raise Unavailable(f"{rel} is missing although the {stage} stage finished (was it moved or deleted?)")

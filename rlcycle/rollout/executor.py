@@ -73,20 +73,19 @@ class LocalExecutor:
         self.close()
 
 
-def pin_policy(ref: str) -> tuple[str, str, str | None]:
+def pin_policy(ref: str, registry: str | Path | None = None) -> tuple[str, str, str | None]:
     """(reference, name, checkpoint id) of a policy, as `resolve_policy` names it, unloaded.
 
     The Ray driver needs the name (it is in every event id) while the model lives in the
     workers. A registry alias is pinned to the checkpoint directory it points to now, so every
     worker loads the same checkpoint even if a deploy moves the alias mid-run, and workers
-    need no registry of their own (only the directory, on shared storage)."""
-    from rlcycle.policy.registry import Registry, checkpoint_id
+    need no registry of their own (only the directory, on shared storage). `registry`: the
+    registry directory aliases resolve in, as for `resolve_policy`."""
+    from rlcycle.policy.registry import checkpoint_dir, checkpoint_id
 
     if ref.startswith(("scripted:", "http://", "https://")):
         return ref, ref, None
-    path = Path(ref)
-    if not path.is_dir():
-        path = Registry().resolve(ref)  # raises the registry's own error for an unknown alias
+    path = checkpoint_dir(ref, registry)
     cid = checkpoint_id(path)
     return str(path.resolve()), cid, cid
 

@@ -53,6 +53,7 @@ from rlcycle.console import Progress
 from rlcycle.errors import InputError
 from rlcycle.faults import crash_point
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
+from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
 
 @dataclass
@@ -131,11 +132,19 @@ class SimulateResult:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
 
 
-def run(config: SimulateConfig, policy: Any, tasks: Any, out: str | Path, quiet: bool = False) -> SimulateResult:
+def run(
+    config: SimulateConfig,
+    policy: Any,
+    tasks: Any,
+    out: str | Path,
+    quiet: bool = False,
+    registry: str | Path | None = None,
+) -> SimulateResult:
     """Simulate `config.episodes` sessions of `policy` on `tasks`, writing events to `out`.
 
     `policy`: a Policy object or a reference string (see the module docstring); `tasks`: a
-    suite directory or a list of Tasks; `out`: a .jsonl path or `-` (stdout)."""
+    suite directory or a list of Tasks; `out`: a .jsonl path or `-` (stdout); `registry`: the
+    registry directory a policy alias resolves in."""
     problems = config.validate()
     if problems:
         raise InputError(
@@ -144,7 +153,7 @@ def run(config: SimulateConfig, policy: Any, tasks: Any, out: str | Path, quiet:
         )
     started = time.monotonic()
     task_list = _load_tasks(tasks)
-    spec, name = _policy_spec(policy, config)
+    spec, name = _policy_spec(policy, config, registry)
     progress = Progress("simulate", quiet=quiet)
     runner = config.runner()
     n = config.episodes or len(task_list)
@@ -249,7 +258,7 @@ def _load_tasks(tasks: Any) -> list:
     return task_list
 
 
-def _policy_spec(policy: Any, config: SimulateConfig) -> tuple[PolicySpec, str]:
+def _policy_spec(policy: Any, config: SimulateConfig, registry: str | Path | None = None) -> tuple[PolicySpec, str]:
     """The policy as the executor needs it, and its name. Locally it is loaded here; Ray
     workers load their own copies from the reference, so only its name is read here."""
     if config.executor == "ray":
@@ -265,18 +274,20 @@ def _policy_spec(policy: Any, config: SimulateConfig) -> tuple[PolicySpec, str]:
                 f"policy {str(policy)!r} comes without a tokenizer",
                 hint="pass --tokenizer DIR: the tokenizer of the served model",
             )
-        ref, name, _ = pin_policy(str(policy))
+        ref, name, _ = pin_policy(str(policy), registry)
         return PolicySpec(ref, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens), name
-    policy_obj, name = _load_policy(policy, config.tokenizer, config.prefix_cache_tokens)
+    policy_obj, name = _load_policy(policy, config.tokenizer, config.prefix_cache_tokens, registry)
     return PolicySpec(None, config.tokenizer, policy_obj, _renderer(policy_obj, config.tokenizer)), name
 
 
-def _load_policy(policy: Any, tokenizer: str | None, prefix_cache_tokens: int) -> tuple[Any, str]:
+def _load_policy(policy: Any, tokenizer: str | None, prefix_cache_tokens: int, registry: Any) -> tuple[Any, str]:
     if not isinstance(policy, (str, Path)):
         return policy, str(getattr(policy, "name", type(policy).__name__))
     from rlcycle.policy.resolve import resolve_policy
 
-    resolved = resolve_policy(str(policy), tokenizer=tokenizer, prefix_cache_tokens=prefix_cache_tokens)
+    resolved = resolve_policy(
+        str(policy), tokenizer=tokenizer, prefix_cache_tokens=prefix_cache_tokens, registry=registry
+    )
     return resolved.policy, resolved.name
 
 
@@ -318,3 +329,28 @@ def format_summary(r: SimulateResult) -> str:
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+
+
+class SimulateStage:
+    """The cycle's simulate: the pinned base policy on the cycle's task suite -> events."""
+
+    name = "simulate"
+    config_class = SimulateConfig
+    cacheable, gate, publishes = True, False, False
+
+    def inputs(self, ctx: StageContext) -> dict[str, str]:
+        return {"policy": ctx.base_id, "tasks": content_key([ctx.tasks])}
+
+    def outputs(self, layout: RunLayout) -> dict[str, Path]:
+        return {"events": layout.file("events")}
+
+    def run(self, config: SimulateConfig, ctx: StageContext) -> Outcome:
+        out = ctx.layout.file("events")
+        r = run(config, str(ctx.base_path), ctx.tasks, out, quiet=ctx.quiet, registry=ctx.registry)
+        return Outcome({"episodes": r.episodes, "output": str(out)}, format_summary(r))
+
+
+STAGE = SimulateStage()
