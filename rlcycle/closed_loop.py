@@ -73,19 +73,22 @@ REPO = Path(__file__).resolve().parent.parent  # the defaults of --out and --tas
 # Sized for minutes on 2 busy cores with the tiny model: short completions, one pass of
 # training over the collected samples, the cycle's quick eval.
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "simulate": {"max_new_tokens": 48, "max_turns": 3, "sandboxes": 4},
+    "simulate": {"runner.max_new_tokens": 48, "runner.max_turns": 3, "sandboxes": 4},
     # max_steps: the cycle's own default caps train at 2 steps (a quick demo); here `epochs` decide.
     "train": {"batch_size": 16, "epochs": 1, "max_steps": 100000, "lr": 1e-5, "max_policy_lag": -1, "save_every": 1},
     "eval": {
         "attempts": 1,
         "max_tasks": 12,
-        "max_new_tokens": 48,
-        "max_turns": 3,
+        "runner.max_new_tokens": 48,
+        "runner.max_turns": 3,
         "sandboxes": 2,
         "min_paired_tasks": 5,
     },
 }
-WARM_DEFAULTS = {"simulate.max_new_tokens": 160, "eval.max_new_tokens": 160}  # a tool call is ~50-150 tokens
+WARM_DEFAULTS = {
+    "simulate.runner.max_new_tokens": 160,
+    "eval.runner.max_new_tokens": 160,
+}  # a tool call is ~50-150 tokens
 # What each arm changes in the cycle config (the rest is identical). `permute_seed` is set per
 # cycle (the cycle's traffic seed), so each batch gets its own shuffle.
 ARMS: dict[str, dict[str, Any]] = {

@@ -261,7 +261,7 @@ def _assign(
         if moved:
             problems.append(f"{origin}: key {prefix + head!r} moved: it is now {prefix + moved!r}")
             return
-        close = _closest(head, set(fields))
+        close = _nested_name(cls, head) or _closest(head, set(fields))
         problems.append(
             f"{origin}: unknown key {prefix + head!r}" + (f" (did you mean {prefix + close!r}?)" if close else "")
         )
@@ -300,6 +300,22 @@ def _assign(
         values[head] = _coerce(raw, tp, from_string=from_string)
     except (TypeError, ValueError) as e:
         problems.append(f"{origin}: {dotted}={raw!r}: {e}")
+
+
+def _nested_name(cls: type, name: str, prefix: str = "") -> str | None:
+    """The dotted key of a field called `name` in a nested config of `cls` (`runner.top_p` for
+    `top_p`), depth first; None when there is none."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        sub = nested_class(hints[f.name])
+        if sub is None:
+            continue
+        if name in {g.name for g in dataclasses.fields(sub)}:
+            return f"{prefix}{f.name}.{name}"
+        found = _nested_name(sub, name, f"{prefix}{f.name}.")
+        if found:
+            return found
+    return None
 
 
 def _build(cls: type, base: Any, values: dict[str, Any]) -> Any:
@@ -414,3 +430,83 @@ def _coerce(value: Any, tp: Any, from_string: bool) -> Any:
             return value
         raise ValueError(f"expected a string, got {type(value).__name__}")
     return value
+
+
+# --- help ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class KeyHelp:
+    """One key of a config as `--help-config` and docs/config.md show it."""
+
+    key: str  # dotted for a nested config's keys: runner.max_new_tokens
+    type: str  # int, float | none, list[str], table (a nested config)
+    default: str  # TOML-like: 256, "local", none, ["all-linear"]; "" for a table
+    help: str
+
+
+def describe(cls: type, prefix: str = "") -> list[KeyHelp]:
+    """Every key of `cls` in field order: a nested config's own row (type `table`), then its
+    keys, dotted. Defaults are the instance defaults (a nested field's default instance, so a
+    table whose default differs from its class shows what this config really starts from)."""
+    return _describe(cls, _default_instance(cls), prefix)
+
+
+def _describe(cls: type, obj: Any, prefix: str) -> list[KeyHelp]:
+    rows: list[KeyHelp] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key, value = prefix + f.name, getattr(obj, f.name, dataclasses.MISSING)
+        sub = nested_class(hints[f.name])
+        if sub is not None and (value is None or dataclasses.is_dataclass(value)):
+            rows.append(KeyHelp(key, f"table ({sub.__name__})", "" if value is not None else "none", _help(f)))
+            rows += _describe(sub, value if value is not None else _default_instance(sub), key + ".")
+            continue
+        rows.append(KeyHelp(key, type_name(hints[f.name]), _default_text(value), _help(f)))
+    return rows
+
+
+def _default_instance(cls: type) -> Any:
+    """`cls()` when every field has a default, else an object with the defaults there are."""
+    try:
+        return cls()
+    except TypeError:
+        given = {
+            f.name: _default_of(cls, f.name)
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        }
+        return types.SimpleNamespace(**given)
+
+
+def _help(f: dataclasses.Field) -> str:
+    return " ".join(str(f.metadata.get("help", "")).split())
+
+
+def type_name(tp: Any) -> str:
+    """A field type as a reader spells it: `int`, `float | none`, `list[str]`, `table`."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join("none" if a is type(None) else type_name(a) for a in typing.get_args(tp))
+    if origin in (list, tuple):
+        (item, *_) = typing.get_args(tp) or (str,)
+        return f"list[{type_name(item)}]"
+    if origin is dict:
+        return "table"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _default_text(value: Any) -> str:
+    if value is dataclasses.MISSING:
+        return "(required)"
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_default_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_default_text(v)}" for k, v in value.items()) + "}"
+    return repr(value)

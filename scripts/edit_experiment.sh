@@ -34,7 +34,7 @@ fi
 exec "$PY" scripts/closed_loop.py --arms treatment,control --cycles 2 --episodes 64 --measure-episodes "$MEASURE" \
   --start "$START" --tasks "$TASKS" --seed "$SEED" --out "$OUT" \
   --set cycle.reward_spec="\"$PWD/sample_data/rewards.toml\"" \
-  --set simulate.temperature=0.5 --set simulate.max_turns=3 --set simulate.max_new_tokens=96 \
+  --set simulate.runner.temperature=0.5 --set simulate.runner.max_turns=3 --set simulate.runner.max_new_tokens=96 \
   --set train.use_sample_temperature=true --set train.lr=1e-4 --set train.epochs=1 \
-  --set eval.temperature=0.5 --set eval.max_turns=3 --set eval.max_new_tokens=96 --set eval.max_tasks=16 \
+  --set eval.runner.temperature=0.5 --set eval.runner.max_turns=3 --set eval.runner.max_new_tokens=96 --set eval.max_tasks=16 \
   --set eval.max_latency_ratio=5.0 --set eval.max_invalid_rate_increase=0.05

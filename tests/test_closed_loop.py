@@ -177,8 +177,15 @@ def test_paired_online_differences_join_on_the_session():
 def test_cycle_config_and_sets():
     import tomllib
 
-    sets = loop.parse_sets(["train.lr=1e-4", "eval.max_tasks=5", 'simulate.run_id="x"', 'cycle.reward_spec="/r.toml"'])
-    assert sets == {"train.lr": 1e-4, "eval.max_tasks": 5, "simulate.run_id": "x", "cycle.reward_spec": "/r.toml"}
+    sets = loop.parse_sets(
+        ["train.lr=1e-4", "eval.max_tasks=5", 'simulate.runner.run_id="x"', 'cycle.reward_spec="/r.toml"']
+    )
+    assert sets == {
+        "train.lr": 1e-4,
+        "eval.max_tasks": 5,
+        "simulate.runner.run_id": "x",
+        "cycle.reward_spec": "/r.toml",
+    }
     cfg = tomllib.loads(loop.cycle_toml(2, 7, "/t", sets))["cycle"]
     assert cfg["source"] == "simulate" and cfg["tasks"] == "/t" and cfg["reward_spec"] == "/r.toml"
     assert cfg["simulate"]["seed"] == 2 and cfg["simulate"]["episodes"] == 7
@@ -220,17 +227,17 @@ def test_user_verdict_is_the_hidden_tests_verdict():
 
 TINY = [
     "--set",
-    "simulate.max_new_tokens=8",
+    "simulate.runner.max_new_tokens=8",
     "--set",
-    "simulate.max_turns=1",
+    "simulate.runner.max_turns=1",
     "--set",
     "train.max_steps=1",
     "--set",
     "eval.max_tasks=5",
     "--set",
-    "eval.max_new_tokens=8",
+    "eval.runner.max_new_tokens=8",
     "--set",
-    "eval.max_turns=1",
+    "eval.runner.max_turns=1",
     "--set",
     "eval.max_latency_ratio=5.0",
 ]

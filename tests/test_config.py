@@ -131,3 +131,9 @@ def test_asdict_of_a_nested_config_is_json():
     d = json.loads(json.dumps(dataclasses.asdict(c)))
     assert d["train"]["lora"] == {"r": 2, "alpha": None, "targets": ["all-linear"]}
     assert d["maybe"]["r"] == 1
+
+
+def test_a_key_of_a_nested_config_given_flat_names_its_dotted_key():
+    msg = _err(sets=["targets=a,b", "lr=1"])
+    assert "--set: unknown key 'targets' (did you mean 'train.lora.targets'?)" in msg
+    assert "--set: unknown key 'lr' (did you mean 'train.lr'?)" in msg

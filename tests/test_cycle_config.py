@@ -16,13 +16,13 @@ from rlcycle.stage import RunLayout, Stage
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = {  # the sizes the demo used to get from CycleConfig's table defaults
-    "simulate": {"episodes": 16, "max_new_tokens": 64},
+    "simulate": {"episodes": 16, "runner.max_new_tokens": 64},
     "train": {"max_steps": 2, "batch_size": 8, "lr": 1e-5, "max_policy_lag": -1, "save_every": 1},
     "eval": {
         "attempts": 1,
         "max_tasks": 12,
-        "max_new_tokens": 48,
-        "max_turns": 4,
+        "runner.max_new_tokens": 48,
+        "runner.max_turns": 4,
         "sandboxes": 2,
         "min_paired_tasks": 5,
         "latency_noise_ms": 10000.0,
@@ -62,7 +62,12 @@ def test_the_stage_tables_default_to_the_stages_own_production_defaults():
     assert c.bootstrap is False and c.registry_home is None
     # production-sane: no step cap, a staleness cap, GPU-serving latency tolerance
     assert c.train.max_steps is None and c.train.max_policy_lag == 1 and c.train.save_every >= 10
-    assert c.eval.latency_noise_ms == 20.0 and c.eval.max_tasks is None and c.simulate.episodes is None
+    assert (
+        c.eval.latency_noise_ms == 20.0
+        and c.eval.max_tasks is None
+        and c.simulate.episodes is None
+        and c.eval.runner.max_new_tokens == 256
+    )
 
 
 def test_the_packaged_demo_holds_the_demo_sizes_and_the_bootstrap():
@@ -70,7 +75,10 @@ def test_the_packaged_demo_holds_the_demo_sizes_and_the_bootstrap():
     assert c.bootstrap is True and c.source == "simulate"
     for table, keys in DEMO.items():
         for key, value in keys.items():
-            assert getattr(getattr(c, table), key) == value, f"{table}.{key}"
+            obj = getattr(c, table)
+            for part in key.split("."):
+                obj = getattr(obj, part)
+            assert obj == value, f"{table}.{key}"
     assert "demo" in resources.packaged_configs() and "cron" in resources.packaged_configs()
 
 
@@ -115,7 +123,7 @@ def test_the_cron_example_of_the_docs_is_the_packaged_one_and_resolves_as_docume
     assert plan["deploy"]["hook"] == "http://127.0.0.1:8000/v1/load_lora_adapter"
     # what it does not set is the stage's production default, not the demo's
     assert train["max_steps"] is None and train["save_every"] == 50
-    assert ev["latency_noise_ms"] == 20.0 and ev["max_tasks"] is None and ev["max_new_tokens"] == 256
+    assert ev["latency_noise_ms"] == 20.0 and ev["max_tasks"] is None and ev["runner"]["max_new_tokens"] == 256
     # the same file through its path, and a --plan reads nothing else (the paths need not exist)
     assert json.loads(cli(["cycle", "--config", cron, "--plan"]).stdout) == plan
 

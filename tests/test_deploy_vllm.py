@@ -42,12 +42,12 @@ def ckpts(tmp_path_factory):
     LoRA run from v1 (the next cycle: it continues v1's adapter, still the delta from base); corrupt: v2's merged weights with v1's adapter; full: a full fine-tune (no adapter)."""
     from rlcycle.train import checkpoint as C
     from rlcycle.train import stage
-    from rlcycle.train.config import TrainConfig
+    from rlcycle.train.config import LoraConfig, TrainConfig
 
     root = tmp_path_factory.mktemp("vllm")
     base = make_base(root / "base")
     common = dict(batch_size=8, micro_batch_tokens=64, max_seq_len=64, save_every=0, epochs=3)
-    lora = {"r": 4, "target_modules": "q_proj,v_proj"}
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
     out = {"base": base}
     for name, seed, extra in (
         ("v1", 1, {"lora": lora}),

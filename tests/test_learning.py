@@ -58,15 +58,15 @@ def test_treatment_learns_and_the_permuted_control_does_not(tmp_path, docker_cli
     sets = {
         "cycle.reward_spec": json.dumps(str(spec)),
         "cycle.tasks": json.dumps(str(REPO / "rlcycle" / "data" / "tasks")),
-        "simulate.max_new_tokens": 1,
-        "simulate.max_turns": 1,
-        "simulate.temperature": 0.1,
+        "simulate.runner.max_new_tokens": 1,
+        "simulate.runner.max_turns": 1,
+        "simulate.runner.temperature": 0.1,
         "train.use_sample_temperature": "true",
         "train.lr": 2e-4,
         "train.epochs": 2,
         "eval.max_tasks": 5,
-        "eval.max_new_tokens": 1,
-        "eval.max_turns": 1,
+        "eval.runner.max_new_tokens": 1,
+        "eval.runner.max_turns": 1,
         "eval.max_latency_ratio": 5.0,
     }
     args = ["--arms", "treatment,control", "--cycles", "1", "--episodes", "28", "--out", str(out), "--json", "-q"]

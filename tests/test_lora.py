@@ -8,6 +8,7 @@ and a missing peft are clear errors.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -19,11 +20,11 @@ from train_data import make_base, make_rows, write_examples
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.train import checkpoint as C
 from rlcycle.train import stage
-from rlcycle.train.config import TrainConfig
+from rlcycle.train.config import LoraConfig, TrainConfig
 
 pytest.importorskip("peft")
 
-LORA = {"r": 4, "target_modules": "q_proj,v_proj"}
+LORA = LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def trained(inputs, tmp_path_factory):
 
 def test_lr_zero_leaves_the_merged_model_equal_to_the_base(inputs, tmp_path):
     base, ex, _ = inputs
-    r = stage.run(tiny(lr=0.0, lora=dict(LORA)), ex, base, tmp_path / "ck", quiet=True)
+    r = stage.run(tiny(lr=0.0, lora=LORA), ex, base, tmp_path / "ck", quiet=True)
     w0, w1 = weights(base), weights(tmp_path / "ck")
     assert w0.keys() == w1.keys()  # merged: the base's own parameter names, no lora_A/lora_B
     for k in w0:
@@ -172,7 +173,7 @@ def test_adapter_loads_with_peft_and_gives_the_merged_logits(inputs, trained):
 
 def test_resume_with_lora_ends_with_the_same_weights(inputs, tmp_path):
     base, ex, _ = inputs
-    cfg = dict(batch_size=4, epochs=1, lora=dict(LORA))
+    cfg = dict(batch_size=4, epochs=1, lora=LORA)
     stage.run(tiny(**cfg), ex, base, tmp_path / "a", quiet=True)
     r = stage.run(tiny(**cfg, save_every=1, stop_after=1), ex, base, tmp_path / "b", quiet=True)
     assert r.stopped and not (tmp_path / "b").exists()
@@ -189,10 +190,11 @@ def test_resume_with_lora_ends_with_the_same_weights(inputs, tmp_path):
 def test_bad_lora_keys_exit_2(cli, inputs, tmp_path):
     base, ex, _ = inputs
     bad = [
-        ({"r": -1}, "lora.r=-1"),
+        ({"r": -1}, "lora.r=-1: must be >= 0"),
         ({"r": 4, "target_modules": ["nope_proj"]}, "lora.target_modules=nope_proj"),
-        ({"r": 4, "rank": 8}, "lora.rank: unknown key"),
-        ({"r": 4, "dropout": 1.5}, "lora.dropout=1.5"),
+        ({"r": 4, "rank": 8}, "unknown key 'lora.rank'"),
+        ({"r": 4, "dropout": 1.5}, "lora.dropout=1.5: must be in [0, 1)"),
+        ({"r": 4, "target_modules": "q_proj"}, "lora.target_modules='q_proj': expected a list"),
     ]
     for i, (lora, message) in enumerate(bad):
         toml = write_toml(tmp_path / f"bad{i}.toml", lora, batch_size=8, micro_batch_tokens=64, max_seq_len=64)
@@ -202,7 +204,7 @@ def test_bad_lora_keys_exit_2(cli, inputs, tmp_path):
         assert not (tmp_path / f"ck{i}").exists()
     # the unknown module's error names the model's real linear layers
     with pytest.raises(InputError) as e:
-        stage.run(tiny(lora={"r": 4, "target_modules": "nope_proj"}), ex, base, tmp_path / "x", quiet=True)
+        stage.run(tiny(lora=LoraConfig(r=4, target_modules=["nope_proj"])), ex, base, tmp_path / "x", quiet=True)
     assert "q_proj" in e.value.hint
 
 
@@ -210,16 +212,20 @@ def test_missing_peft_is_a_clear_error(inputs, tmp_path, monkeypatch):
     base, ex, _ = inputs
     monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` now raises ImportError
     with pytest.raises(RlcycleError) as e:
-        stage.run(tiny(lora=dict(LORA)), ex, base, tmp_path / "ck", quiet=True)
+        stage.run(tiny(lora=LORA), ex, base, tmp_path / "ck", quiet=True)
     assert "needs peft" in e.value.message and "pip install 'rlcycle[lora]'" in e.value.hint
 
 
 def test_lora_off_by_default_and_r_zero_is_a_full_fine_tune():
-    assert TrainConfig().lora_r == 0 and TrainConfig(lora={"r": "0"}).lora == TrainConfig().lora
-    c = TrainConfig(lora={"r": "16", "target_modules": "q_proj,v_proj", "alpha": "32", "dropout": "0.05"})
-    assert c.validate() == [] and c.lora_r == 16 and c.lora_alpha == 32.0
-    assert c.lora["target_modules"] == ["q_proj", "v_proj"] and c.lora["dropout"] == 0.05
-    assert TrainConfig(lora={"r": 8}).lora_alpha == 16.0  # alpha defaults to 2r
+    from rlcycle.config import resolve
+
+    assert TrainConfig().lora_r == 0 and resolve(TrainConfig, sets=["lora.r=0"]).lora == TrainConfig().lora
+    sets = ["lora.r=16", "lora.target_modules=q_proj,v_proj", "lora.alpha=32", "lora.dropout=0.05"]
+    c = resolve(TrainConfig, sets=sets)
+    assert c.lora == LoraConfig(r=16, alpha=32.0, dropout=0.05, target_modules=["q_proj", "v_proj"])
+    assert c.lora_r == 16 and c.lora_alpha == 32.0
+    assert TrainConfig(lora=LoraConfig(r=8)).lora_alpha == 16.0  # alpha defaults to 2r
+    assert resolve(TrainConfig, sets=["lora.alpha=none", "lora.r=2"]).lora_alpha == 4.0
 
 
 @pytest.mark.slow
@@ -229,7 +235,7 @@ def test_two_processes_with_lora_equal_one_process(cli, inputs, tmp_path):
     base, ex, _ = inputs
     common = dict(optimizer="sgd", lr=0.5, batch_size=3, epochs=1, max_seq_len=24, save_every=0)
     stage.run(
-        tiny(**common, micro_batch_tokens=24, lora=dict(LORA)),
+        tiny(**common, micro_batch_tokens=24, lora=LORA),
         ex,
         base,
         tmp_path / "one",
@@ -272,9 +278,9 @@ def test_set_dotted_keys_reach_the_lora_table(tmp_path):
 
     toml = write_toml(tmp_path / "t.toml", {"r": 2, "dropout": 0.1})
     c = resolve(TrainConfig, toml, ["lora.r=16", "lora.target_modules=q_proj,v_proj"], section="train")
-    assert c.lora_r == 16 and c.lora["dropout"] == 0.1 and c.lora["target_modules"] == ["q_proj", "v_proj"]
+    assert c.lora == LoraConfig(r=16, dropout=0.1, target_modules=["q_proj", "v_proj"])
     assert resolve(TrainConfig, None, ["lora.r=16"]).lora_alpha == 32.0
-    with pytest.raises(InputError, match="lora.rank: unknown key"):
+    with pytest.raises(InputError, match="unknown key 'lora.rank'"):
         resolve(TrainConfig, None, ["lora.rank=16"])
     cyc = resolve(CycleConfig, None, ["train.lora.r=8", "train.lr=1e-4"])
     assert cyc.train.lr == 1e-4 and cyc.train.max_steps == CycleConfig().train.max_steps
@@ -293,13 +299,13 @@ def test_chained_runs_continue_one_adapter_on_the_first_base(inputs, tmp_path):
 
     base, ex, rows = inputs
     one = tmp_path / "one"
-    stage.run(tiny(lora=dict(LORA), epochs=2), ex, base, one, quiet=True)
+    stage.run(tiny(lora=LORA, epochs=2), ex, base, one, quiet=True)
     rows2 = make_rows(8, seed=5)
     ex2 = write_examples(tmp_path / "ex2.arrow", one, rows2, versions=[C.checkpoint_id(one)] * 8)
     two, zero, fresh = tmp_path / "two", tmp_path / "zero", tmp_path / "fresh"
-    stage.run(tiny(lora=dict(LORA), epochs=2), ex2, one, two, quiet=True)
-    stage.run(tiny(lora=dict(LORA), lr=0.0), ex2, one, zero, quiet=True)
-    stage.run(tiny(lora={**LORA, "continue_adapter": False}), ex2, one, fresh, quiet=True)
+    stage.run(tiny(lora=LORA, epochs=2), ex2, one, two, quiet=True)
+    stage.run(tiny(lora=LORA, lr=0.0), ex2, one, zero, quiet=True)
+    stage.run(tiny(lora=dataclasses.replace(LORA, continue_adapter=False)), ex2, one, fresh, quiet=True)
 
     meta = json.loads((two / C.RLCYCLE_JSON).read_text())["adapter"]
     assert meta["base"]["id"] == C.checkpoint_id(base)
@@ -328,7 +334,7 @@ def test_chained_runs_continue_one_adapter_on_the_first_base(inputs, tmp_path):
 def test_an_adapter_that_cannot_be_continued_is_a_clear_error(cli, inputs, tmp_path):
     base, ex, _ = inputs
     one = tmp_path / "one"
-    stage.run(tiny(lora=dict(LORA)), ex, base, one, quiet=True)
+    stage.run(tiny(lora=LORA), ex, base, one, quiet=True)
     ex2 = write_examples(tmp_path / "ex2.arrow", one, make_rows(8, seed=5), versions=[C.checkpoint_id(one)] * 8)
     r = cli(
         [
@@ -353,5 +359,7 @@ def test_an_adapter_that_cannot_be_continued_is_a_clear_error(cli, inputs, tmp_p
     assert r.exit_code == 2, r.output
     assert "cannot continue" in r.error and "r=4 (now 8)" in r.error and "continue_adapter=false" in r.error
     assert not (tmp_path / "two").exists()
-    bad = TrainConfig(lora={"r": 4, "continue_adapter": "maybe"}).validate()
-    assert any("lora.continue_adapter='maybe'" in p for p in bad)
+    from rlcycle.config import resolve
+
+    with pytest.raises(InputError, match="lora.continue_adapter='maybe': expected true or false"):
+        resolve(TrainConfig, sets=["lora.r=4", "lora.continue_adapter=maybe"])

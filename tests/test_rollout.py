@@ -80,7 +80,7 @@ def test_bad_executor_exits_2_before_any_sandbox_starts(cli, tmp_path, root, tas
 
 
 def test_ray_needs_a_reference_and_a_servers_tokenizer_before_ray_starts(tmp_path, tasks):
-    ray = SimulateConfig(executor="ray")
+    ray = SimulateConfig(rollout=RolloutConfig(executor="ray"))
     with pytest.raises(InputError, match="not a loaded Policy"):
         simulate(ray, ReferencePolicy(load_tokenizer(None), tasks), tasks, tmp_path / "e.jsonl")
     with pytest.raises(InputError, match="without a tokenizer"):
@@ -94,16 +94,18 @@ def test_the_cycles_simulate_and_eval_tables_take_the_keys():
     from rlcycle.config import resolve
     from rlcycle.cycle import CycleConfig
 
-    tables = {"executor": "ray", "ray_address": "auto", "workers_per_node": 2, "worker_retries": 1}
+    tables = {"rollout": {"executor": "ray", "ray_address": "auto", "workers_per_node": 2, "worker_retries": 1}}
     cycle = resolve(CycleConfig, data={"simulate": tables, "eval": dict(tables, prefix_cache_tokens=0)})
     sim, ev = cycle.simulate, cycle.eval
     for c in (sim, ev):
-        assert c.rollout() == RolloutConfig("ray", "auto", 2, 1)
+        assert c.rollout == RolloutConfig("ray", "auto", 2, 1)
     assert sim.episodes is None and ev.max_tasks is None  # the stage defaults apply, not the demo's
     assert (sim.prefix_cache_tokens, ev.prefix_cache_tokens) == (0, 0)
-    with pytest.raises(InputError, match="executor='slurm'") as e:
-        resolve(CycleConfig, data={"eval": {"executor": "slurm", "workers_per_node": 0}})
-    assert "workers_per_node=0" in str(e.value)  # every problem at once
+    with pytest.raises(InputError, match="rollout.executor='slurm'") as e:
+        resolve(CycleConfig, data={"eval": {"rollout.executor": "slurm", "rollout": {"workers_per_node": 0}}})
+    assert "rollout.workers_per_node=0" in str(e.value)  # every problem at once
+    with pytest.raises(InputError, match="executor' moved: it is now 'eval.rollout.executor'"):
+        resolve(CycleConfig, data={"eval": {"executor": "ray"}})
 
 
 def test_pin_policy_names_a_reference_without_loading_it(tiny):
@@ -170,10 +172,12 @@ def test_the_prefix_cache_budget_reaches_every_policy_simulate_and_eval_load(tin
     loaded = eval_stage._policy(str(model), eval_stage.EvalConfig(prefix_cache_tokens=0))
     assert budget(loaded.spec.policy) is None
     # Ray: the driver only names the policy; a worker loads it with the budget it is given.
-    ray_spec, _ = _policy_spec(str(model), SimulateConfig(executor="ray", prefix_cache_tokens=32))
+    ray_spec, _ = _policy_spec(
+        str(model), SimulateConfig(rollout=RolloutConfig(executor="ray"), prefix_cache_tokens=32)
+    )
     assert ray_spec.policy is None and ray_spec.prefix_cache_tokens == 32
     assert budget(load_policy_spec(ray_spec)[0]) == 32
-    ray_eval = eval_stage._policy(str(model), eval_stage.EvalConfig(executor="ray"))
+    ray_eval = eval_stage._policy(str(model), eval_stage.EvalConfig(rollout=RolloutConfig(executor="ray")))
     assert ray_eval.spec.policy is None and ray_eval.spec.prefix_cache_tokens == 16384
     # Scripted policies and servers have no in-process cache: the budget is no error there.
     assert load_policy_spec(PolicySpec("scripted:nothing", prefix_cache_tokens=64))[0] is not None
@@ -198,9 +202,7 @@ def test_with_the_prefix_cache_eval_rows_are_identical_and_events_differ_only_in
         config = eval_stage.EvalConfig(
             attempts=2,
             sandboxes=2,
-            max_turns=2,
-            max_new_tokens=24,
-            temperature=temperature,
+            runner=RunnerConfig(max_turns=2, max_new_tokens=24, temperature=temperature),
             min_paired_tasks=2,
             prefix_cache_tokens=n,
         )
@@ -213,10 +215,8 @@ def test_with_the_prefix_cache_eval_rows_are_identical_and_events_differ_only_in
         config = SimulateConfig(
             episodes=4,
             sandboxes=2,
-            max_turns=2,
-            max_new_tokens=24,
+            runner=RunnerConfig(max_turns=2, max_new_tokens=24, temperature=temperature),
             seed=3,
-            temperature=temperature,
             prefix_cache_tokens=n,
         )
         simulate(config, str(cand), root, out, quiet=True)

@@ -60,7 +60,7 @@ def test_simulate_events_are_the_same_rows_locally_and_on_1_2_4_workers(suite, t
     got = {}
     for name, extra in [
         ("local", {}),
-        *[(f"ray{w}", {"executor": "ray", "workers_per_node": w}) for w in (1, 2, 4)],
+        *[(f"ray{w}", {"rollout": RolloutConfig("ray", workers_per_node=w)}) for w in (1, 2, 4)],
     ]:
         out = tmp_path / f"{name}.jsonl"
         result = run(SimulateConfig(**base, **extra), "scripted:reference", root, out, quiet=True)
@@ -83,7 +83,7 @@ def test_eval_results_are_the_same_rows_on_ray(cli, suite, tmp_path, docker_clie
     tables = {}
     for name, extra in [
         ("local", []),
-        ("ray", ["--executor", "ray", "--set", "workers_per_node=2"]),
+        ("ray", ["--executor", "ray", "--set", "rollout.workers_per_node=2"]),
     ]:
         out = tmp_path / name / "eval_results.arrow"
         r = cli(

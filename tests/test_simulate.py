@@ -14,6 +14,8 @@ import sys
 import pytest
 from test_runner import make_suite, scrub
 
+from rlcycle.agent.runner import RunnerConfig
+from rlcycle.agent.user import UserConfig
 from rlcycle.simulate import SimulateConfig, run
 
 
@@ -41,8 +43,13 @@ def test_bad_options_exit_2_before_any_sandbox_starts(cli, suite_dir, tmp_path):
     assert r.exit_code == 2 and "scripted:genius" in r.error
     r = cli(["simulate", "-p", "scripted:nothing", "-t", tmp_path / "none", "-o", out])
     assert r.exit_code == 2 and "not a directory" in r.error
-    r = cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-o", out, "--set", "feedback_rat=1"])
-    assert r.exit_code == 2 and "feedback_rate" in r.error
+    r = cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-o", out, "--set", "user.feedback_rat=1"])
+    assert r.exit_code == 2 and "did you mean 'user.feedback_rate'?" in r.error
+    # A flat key of the mixin days names its new dotted key; a flag still reaches it.
+    r = cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-o", out, "--set", "feedback_rate=1"])
+    assert r.exit_code == 2 and "key 'feedback_rate' moved: it is now 'user.feedback_rate'" in r.error
+    r = cli(["simulate", "-p", "scripted:nothing", "-t", suite_dir, "-o", out, "--max-new-tokens", 0])
+    assert r.exit_code == 2 and "runner.max_new_tokens=0: must be >= 1" in r.error
     assert not out.exists()
 
 
@@ -105,7 +112,13 @@ def test_tiny_random_model_round_trip_through_collect(cli, suite_dir, tmp_path, 
 
     model = tmp_path / "tiny"
     init_model(model, seed=0)
-    config = SimulateConfig(episodes=3, sandboxes=2, max_turns=2, max_new_tokens=24, seed=1, feedback_rate=1.0)
+    config = SimulateConfig(
+        episodes=3,
+        sandboxes=2,
+        seed=1,
+        runner=RunnerConfig(max_turns=2, max_new_tokens=24),
+        user=UserConfig(feedback_rate=1.0),
+    )
     out = tmp_path / "events.jsonl"
     result = run(config, str(model), suite_dir, out, quiet=True)
     assert result.policy.startswith("sha256:") and result.episodes == 3 and result.errors == 0
@@ -160,7 +173,7 @@ def test_events_stream_to_stdout_into_collect(cli, suite_dir, tmp_path, docker_c
             "--sandboxes",
             2,
             "--set",
-            "feedback_rate=0",
+            "user.feedback_rate=0",
             "-o",
             "-",
         ]

@@ -234,8 +234,10 @@ def test_resume_with_shared_prefixes_ends_with_the_same_weights(base, examples, 
 
 def test_lora_with_shared_prefixes_equals_lora_without(base, examples, tmp_path):
     pytest.importorskip("peft")
-    lora = {"r": 4, "alpha": 8.0, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
-    common = dict(optimizer="sgd", lr=0.5, lora=dict(lora), seed=3)
+    from rlcycle.train.config import LoraConfig
+
+    lora = LoraConfig(r=4, alpha=8.0, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    common = dict(optimizer="sgd", lr=0.5, lora=lora, seed=3)
     stage.run(cfg(**common), examples, base, tmp_path / "on", quiet=True)
     stage.run(cfg(**common, share_prefix=False), examples, base, tmp_path / "off", quiet=True)
     assert_close_weights(tmp_path / "on", tmp_path / "off")

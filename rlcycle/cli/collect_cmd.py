@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 
 
@@ -44,6 +45,7 @@ def register(app: typer.Typer) -> None:
             None, "--quarantine", help="Where bad records go (default: OUT.quarantine.jsonl)."
         ),
         no_redact: bool = typer.Option(False, "--no-redact", help="Do not redact secrets (for logs already scrubbed)."),
+        _help_config: bool = config_help.option("collect"),
         config: Path = opt.config("collect"),
         set_: list[str] = opt.sets("maturity_s=3600"),
         as_json: bool = opt.json_flag(),

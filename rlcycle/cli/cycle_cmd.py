@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 from rlcycle.errors import RlcycleError
 
@@ -30,6 +31,7 @@ def register(app: typer.Typer) -> None:
         ),
     )
     def cycle(
+        _help_config: bool = config_help.option("cycle"),
         config: Path = opt.config(
             help="Cycle config: a TOML file ([cycle] table or top level), or a packaged one by name (demo, cron)."
         ),

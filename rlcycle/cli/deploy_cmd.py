@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 
 registry_app = typer.Typer(
@@ -50,6 +51,7 @@ def register(app: typer.Typer) -> None:
         canary: float = typer.Option(None, "--canary", help="Serve to this fraction of traffic first (0-1)."),
         hook: str = _hook_option(),
         hook_api_key_env: str = _hook_key_option(),
+        _help_config: bool = config_help.option("deploy"),
         config: Path = opt.config("deploy"),
         set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
         as_json: bool = opt.json_flag("Print one JSON result object."),

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 
 
@@ -42,6 +43,7 @@ def register(app: typer.Typer) -> None:
         credit: str = typer.Option(
             None, "--credit", help="Episode rewards on all turns or the final turn (default: all)."
         ),
+        _help_config: bool = config_help.option("distill"),
         config: Path = opt.config(
             help="TOML config ([distill] table or top level); default: the spec's [distill] table."
         ),

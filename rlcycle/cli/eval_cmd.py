@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 from rlcycle.errors import EXIT_GATE_REFUSED, RlcycleError
 
@@ -44,6 +45,7 @@ def register(app: typer.Typer) -> None:
             "--ray-address",
             help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray).",
         ),
+        _help_config: bool = config_help.option("eval"),
         config: Path = opt.config("eval"),
         set_: list[str] = opt.sets(help="Override a config key: --set max_clarification_rate_increase=0.05."),
         as_json: bool = opt.json_flag("Print the verdict as one JSON object on stdout."),
@@ -55,7 +57,12 @@ def register(app: typer.Typer) -> None:
             stage.EvalConfig,
             config,
             set_,
-            {"attempts": attempts, "sandboxes": sandboxes, "executor": executor, "ray_address": ray_address},
+            {
+                "attempts": attempts,
+                "sandboxes": sandboxes,
+                "rollout.executor": executor,
+                "rollout.ray_address": ray_address,
+            },
             section="eval",
         )
         result = stage.run(cfg, candidate, baseline, tasks, out, registry=opt.registry_dir())

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 
 
@@ -50,6 +51,7 @@ def register(app: typer.Typer) -> None:
             None, "--canary", help="Share of sessions sent to `candidate` (default: the registry's canary)."
         ),
         device: str = typer.Option(None, "--device", help="In-process: cpu, cuda, cuda:N or auto."),
+        _help_config: bool = config_help.option("gateway"),
         config: Path = opt.config("gateway"),
         set_: list[str] = opt.sets("flush_interval_s=0.2"),
         as_json: bool = opt.json_flag('Print {"url", "checkpoint_id", "log_dir"} on stdout once listening.'),

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 
 
@@ -116,6 +117,7 @@ def _register_serve(app: typer.Typer) -> None:
         enable_lora: bool = typer.Option(
             None, "--enable-lora", help="Serve vLLM's runtime LoRA API (load/unload_lora_adapter; needs peft)."
         ),
+        _help_config: bool = config_help.option("serve"),
         config: Path = opt.config("serve"),
         set_: list[str] = opt.sets(help="Override a config key: --set batch_wait_ms=2."),
         as_json: bool = opt.json_flag('Print {"url": ...} on stdout once listening.'),

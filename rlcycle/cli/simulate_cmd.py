@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 
 
@@ -62,8 +63,9 @@ def register(app: typer.Typer) -> None:
             "--ray-address",
             help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray).",
         ),
+        _help_config: bool = config_help.option("simulate"),
         config: Path = opt.config("simulate"),
-        set_: list[str] = opt.sets("feedback_rate=0.5"),
+        set_: list[str] = opt.sets("user.feedback_rate=0.5"),
         as_json: bool = opt.json_flag(),
         quiet: bool = opt.quiet(),
     ) -> None:
@@ -77,14 +79,14 @@ def register(app: typer.Typer) -> None:
             {
                 "episodes": episodes,
                 "seed": seed,
-                "start": start,
-                "temperature": temperature,
-                "max_turns": max_turns,
-                "max_new_tokens": max_new_tokens,
+                "runner.start": start,
+                "runner.temperature": temperature,
+                "runner.max_turns": max_turns,
+                "runner.max_new_tokens": max_new_tokens,
                 "sandboxes": sandboxes,
                 "tokenizer": tokenizer,
-                "executor": executor,
-                "ray_address": ray_address,
+                "rollout.executor": executor,
+                "rollout.ray_address": ray_address,
             },
             section="simulate",
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
+from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
 
 HELP = (
@@ -32,6 +33,7 @@ def register(app: typer.Typer) -> None:
         examples: list[str] = typer.Argument(..., help="examples.arrow file(s) from distill (Arrow or Parquet)."),
         base: str = typer.Option(..., "--base", help="Base checkpoint directory (HF format, with its tokenizer)."),
         out: str = opt.out("Checkpoint directory to write."),
+        _help_config: bool = config_help.option("train"),
         config: Path = opt.config("train"),
         set_: list[str] = opt.sets("lr=2e-6"),
         objective: str = typer.Option(None, "--objective", help="ppo, grpo, dr_grpo or cispo."),

@@ -24,12 +24,13 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
 from rlcycle import io as rio
-from rlcycle.config import cfg, check_range
+from rlcycle.agent.runner import RunnerConfig
+from rlcycle.config import cfg, check_range, validate_all
 from rlcycle.errors import InputError
 from rlcycle.evaluation.verdict import GateConfig, decide
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
@@ -38,18 +39,16 @@ from rlcycle.stage import Outcome, RunLayout, StageContext, checkpoint_key, cont
 
 
 @dataclass
-class EvalConfig(GateConfig, RolloutConfig):
-    """Options of `rlcycle eval`: the gates, where episodes run (`executor`: local or ray,
-    docs/scale.md), plus these."""
+class EvalConfig(GateConfig):
+    """Options of `rlcycle eval`: the gates (GateConfig's keys), how episodes run (`runner`, the
+    same table as simulate's), where they run (`rollout`: local or ray, docs/scale.md), plus these."""
 
     attempts: int = cfg(2, help="Attempts per task and policy (k for pass@k is at most this).")
     sandboxes: int = cfg(
-        4, help="Sandboxes in the pool (tasks run concurrently over them); with executor=ray: per worker."
+        4,
+        help="Sandboxes in the pool; one episode runs on each at a time (eval's runner.concurrency); "
+        "with executor=ray: per worker.",
     )
-    max_turns: int = cfg(8, help="Model calls per episode at most.")
-    max_new_tokens: int = cfg(256, help="Tokens per model call at most.")
-    temperature: float = cfg(1.0, help="Sampling temperature of both policies.")
-    retries: int = cfg(1, help="Retries of an episode whose sandbox broke before it counts as error.")
     tokenizer: str | None = cfg(None, help="Tokenizer for scripted policies (default: sample_data/tokenizer).")
     max_tasks: int | None = cfg(
         None, help="Evaluate at most this many tasks, taken round-robin over clusters (none = all)."
@@ -63,14 +62,33 @@ class EvalConfig(GateConfig, RolloutConfig):
         "turn reuses the keys/values of earlier prompts (rlcycle/policy/prefix.py); "
         "0 = off. Servers keep their own cache.",
     )
+    runner: RunnerConfig = cfg(
+        RunnerConfig(),
+        help="How episodes run, for both policies (the episode runner's keys; concurrency is `sandboxes`).",
+    )
+    rollout: RolloutConfig = cfg(RolloutConfig(), help="Where episodes run: local or ray (docs/scale.md).")
+    # The flat keys of the mixin days, now keys of the nested tables (resolve names the new key).
+    MOVED: ClassVar[dict[str, str]] = {
+        **{name: f"runner.{name}" for name in ("max_turns", "max_new_tokens", "temperature", "retries")},
+        **{f.name: f"rollout.{f.name}" for f in dataclasses.fields(RolloutConfig)},
+    }
 
     def validate(self) -> list[str]:
-        problems = GateConfig.validate(self) + RolloutConfig.validate(self)
-        check_range(problems, self, ("attempts", "sandboxes", "max_turns", "max_new_tokens"), ge=1)
+        """This level's problems and the gates' (`config.validate_all` adds the nested tables')."""
+        problems = GateConfig.validate(self)
+        check_range(problems, self, ("attempts", "sandboxes"), ge=1)
         check_range(problems, self, "prefix_cache_tokens", ge=0)
         if self.k > self.attempts:
             problems.append(f"k={self.k}: pass@k needs k <= attempts ({self.attempts})")
+        if self.runner.concurrency != RunnerConfig().concurrency and self.runner.concurrency != self.sandboxes:
+            problems.append(
+                f"runner.concurrency={self.runner.concurrency}: eval runs one episode per sandbox; set sandboxes"
+            )
         return problems
+
+    def episode_runner(self) -> RunnerConfig:
+        """The runner config episodes run with: `runner`, one session per sandbox."""
+        return dataclasses.replace(self.runner, concurrency=self.sandboxes)
 
 
 @dataclass
@@ -101,9 +119,7 @@ def run(
 ) -> EvalResult:
     """Evaluate `candidate` against `baseline` on the suite `tasks_dir`: `out` (the episodes) and
     `verdict.json` beside it. `registry`: the registry directory aliases resolve in."""
-    from rlcycle.agent.runner import RunnerConfig
-
-    problems = config.validate()
+    problems = validate_all(config)
     if problems:
         raise InputError(
             f"{len(problems)} problem(s) in the EvalConfig:\n  " + "\n  ".join(problems),
@@ -119,19 +135,13 @@ def run(
     tasks = pick_tasks(_load_suite(tasks_dir), config.max_tasks)
     if not tasks:
         raise InputError(f"{tasks_dir}: no tasks", hint="`rlcycle tasks ls DIR` lists a suite")
-    runner = RunnerConfig(
-        max_turns=config.max_turns,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        retries=config.retries,
-        concurrency=config.sandboxes,
-    )
+    runner = config.episode_runner()
     cand = _policy(candidate, config, registry)
     base = _policy(baseline, config, registry)
     cand_name, base_name = f"candidate:{cand.name}", f"baseline:{base.name}"
     episodes = []
     try:
-        with open_executor(config.rollout(), config.sandboxes) as ex:
+        with open_executor(config.rollout, config.sandboxes) as ex:
             # The first episodes of a process pay one-off costs (allocator growth, kernel caches
             # at new prompt sizes, cold sandboxes): one discarded warm-up round per policy (per
             # worker on Ray), on the real path, so the latency gate compares the models rather
@@ -183,7 +193,7 @@ class _Policy:
 
 def _policy(ref: str, config: EvalConfig, registry: str | Path | None = None) -> _Policy:
     """Loaded here for the local executor; for Ray only named (each worker loads its copy)."""
-    if config.executor == "ray":
+    if config.rollout.executor == "ray":
         from rlcycle.rollout.executor import pin_policy
 
         pinned, name, cid = pin_policy(ref, registry)

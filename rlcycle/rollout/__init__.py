@@ -12,9 +12,10 @@ tasks and the runner's config. What comes out: `EpisodeResult`s in job order, th
 list (`run_episodes(only=...)`), so ids, seeds and the simulated clock do not depend on which
 worker ran what (docs/scale.md).
 
-`simulate` and `eval` mix `RolloutConfig` into their configs, so `executor`, `ray_address`,
-`workers_per_node` and `worker_retries` are keys of `[simulate]`, `[eval]` and the cycle's
-`simulate`/`eval` tables, and `--executor`/`--ray-address` flags of both commands.
+`simulate` and `eval` hold a `RolloutConfig` as their `rollout` table, so `rollout.executor`,
+`rollout.ray_address`, `rollout.workers_per_node` and `rollout.worker_retries` are keys of
+`[simulate]`, `[eval]` and the cycle's `simulate`/`eval` tables (`[simulate.rollout]`), and
+`--executor`/`--ray-address` flags of both commands.
 
 The Ray executor is imported only when asked for: `import rlcycle` never needs ray.
 """
@@ -32,7 +33,7 @@ EXECUTORS = ("local", "ray")
 
 @dataclass
 class RolloutConfig:
-    """Where episodes run (mixed into SimulateConfig and EvalConfig)."""
+    """Where episodes run (the `rollout` table of SimulateConfig and EvalConfig)."""
 
     executor: str = cfg(
         "local",
@@ -57,10 +58,6 @@ class RolloutConfig:
         check_range(problems, self, "worker_retries", ge=0)
         return problems
 
-    def rollout(self) -> RolloutConfig:
-        """Just this part (of a config that mixes it in)."""
-        return RolloutConfig(self.executor, self.ray_address, self.workers_per_node, self.worker_retries)
-
 
 @dataclass
 class PolicySpec:
@@ -77,13 +74,13 @@ class PolicySpec:
 
 def open_executor(config: RolloutConfig, sandboxes: int) -> Any:
     """The executor `config.executor` names, started (a context manager: close it)."""
-    problems = RolloutConfig.validate(config)
+    problems = config.validate()
     if problems:
         raise InputError("; ".join(problems), hint="--executor local|ray (defaults < config < --set < flags)")
     if config.executor == "ray":
         from rlcycle.rollout.ray_executor import RayExecutor
 
-        return RayExecutor(config.rollout(), sandboxes)
+        return RayExecutor(config, sandboxes)
     from rlcycle.rollout.executor import LocalExecutor
 
     return LocalExecutor(sandboxes)

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from rlcycle import io as rio
 from rlcycle.agent.runner import (
@@ -48,7 +48,7 @@ from rlcycle.agent.runner import (
     summarize,
 )
 from rlcycle.agent.user import UserConfig
-from rlcycle.config import cfg, check_range
+from rlcycle.config import cfg, check_range, validate_all
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
 from rlcycle.faults import crash_point
@@ -57,9 +57,10 @@ from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
 
 @dataclass
-class SimulateConfig(RunnerConfig, UserConfig, RolloutConfig):
-    """Options of `rlcycle simulate`: the runner's, the simulated user's, where episodes run
-    (`executor`: local or ray, docs/scale.md), plus these."""
+class SimulateConfig:
+    """Options of `rlcycle simulate`: how episodes run (`runner`: sampling, limits, retries, the
+    simulated clock), the simulated user (`user`), where they run (`rollout`: local or ray,
+    docs/scale.md), plus these."""
 
     episodes: int | None = cfg(None, help="Sessions to run, cycling over the tasks (default: one per task).")
     seed: int = cfg(0, help="Seed of sampling and of the simulated user.")
@@ -81,21 +82,23 @@ class SimulateConfig(RunnerConfig, UserConfig, RolloutConfig):
         "logprobs at the 1e-6 level, so events are no longer "
         "bit-identical to a cold run.",
     )
+    runner: RunnerConfig = cfg(RunnerConfig(), help="How episodes run (the episode runner's keys).")
+    user: UserConfig = cfg(UserConfig(), help="How the simulated user behaves.")
+    rollout: RolloutConfig = cfg(RolloutConfig(), help="Where episodes run: local or ray (docs/scale.md).")
+    # The flat keys of the mixin days, now keys of the nested tables (resolve names the new key).
+    MOVED: ClassVar[dict[str, str]] = {
+        **{f.name: f"runner.{f.name}" for f in dataclasses.fields(RunnerConfig)},
+        **{f.name: f"user.{f.name}" for f in dataclasses.fields(UserConfig)},
+        **{f.name: f"rollout.{f.name}" for f in dataclasses.fields(RolloutConfig)},
+    }
 
     def validate(self) -> list[str]:
-        problems = RunnerConfig.validate(self) + UserConfig.validate(self) + RolloutConfig.validate(self)
+        """This level's problems (`config.validate_all` adds the nested tables')."""
+        problems: list[str] = []
         check_range(problems, self, "episodes", ge=1, optional=True)
         check_range(problems, self, "sandboxes", ge=1)
         check_range(problems, self, "prefix_cache_tokens", ge=0)
         return problems
-
-    def runner(self) -> RunnerConfig:
-        """The episode runner's part of this config."""
-        return _part(RunnerConfig, self)
-
-    def user(self) -> UserConfig:
-        """The simulated user's part of this config."""
-        return _part(UserConfig, self)
 
 
 @dataclass
@@ -145,7 +148,7 @@ def run(
     `policy`: a Policy object or a reference string (see the module docstring); `tasks`: a
     suite directory or a list of Tasks; `out`: a .jsonl path or `-` (stdout); `registry`: the
     registry directory a policy alias resolves in."""
-    problems = config.validate()
+    problems = validate_all(config)
     if problems:
         raise InputError(
             f"{len(problems)} problem(s) in the SimulateConfig:\n  " + "\n  ".join(problems),
@@ -155,10 +158,10 @@ def run(
     task_list = _load_tasks(tasks)
     spec, name = _policy_spec(policy, config, registry)
     progress = Progress("simulate", quiet=quiet)
-    runner = config.runner()
+    runner = config.runner
     n = config.episodes or len(task_list)
     try:
-        with _event_sink(out) as sink, open_executor(config.rollout(), min(config.sandboxes, n)) as ex:
+        with _event_sink(out) as sink, open_executor(config.rollout, min(config.sandboxes, n)) as ex:
             writer = _OrderedWriter(sink)
 
             def done(r: EpisodeResult) -> None:
@@ -173,7 +176,7 @@ def run(
                 seed=config.seed,
                 simulate_user=True,
                 n_episodes=n,
-                user_config=config.user(),
+                user_config=config.user,
                 on_result=done,
             )
     finally:
@@ -183,7 +186,7 @@ def run(
     return SimulateResult(
         output=str(out),
         policy=name,
-        run_id=runner.run_id or run_id_for(name, config.seed, runner, task_list, True, config.user()),
+        run_id=runner.run_id or run_id_for(name, config.seed, runner, task_list, True, config.user),
         events=writer.events,
         seconds=time.monotonic() - started,
         **{k: stats[k] for k in _STAT_KEYS},
@@ -261,7 +264,7 @@ def _load_tasks(tasks: Any) -> list:
 def _policy_spec(policy: Any, config: SimulateConfig, registry: str | Path | None = None) -> tuple[PolicySpec, str]:
     """The policy as the executor needs it, and its name. Locally it is loaded here; Ray
     workers load their own copies from the reference, so only its name is read here."""
-    if config.executor == "ray":
+    if config.rollout.executor == "ray":
         from rlcycle.rollout.executor import pin_policy
 
         if not isinstance(policy, (str, Path)):
@@ -302,10 +305,6 @@ def _renderer(policy: Any, tokenizer: str | None) -> Any:
             hint="pass --tokenizer DIR: the tokenizer of the served model",
         )
     return ChatRenderer(policy.tokenizer)
-
-
-def _part(cls: type, obj: Any) -> Any:
-    return cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)})
 
 
 def format_summary(r: SimulateResult) -> str:

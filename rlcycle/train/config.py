@@ -6,9 +6,7 @@ Precedence (rlcycle.config.resolve): defaults < `--config` TOML (`[train]` table
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
 
 from rlcycle.config import cfg, check_range
 
@@ -19,16 +17,42 @@ DEFAULT_NORMALIZATION = {"ppo": "token", "grpo": "sequence", "dr_grpo": "constan
 IS_MODES = ("none", "truncate", "mask")
 KL_ESTIMATORS = ("k1", "k2", "k3", "k3_ratio")
 BATCHING = ("packed", "bucketed", "padded")
-# LoRA keys (`--set lora.r=16`, or a `[train.lora]` table) and their defaults; docs/lora.md.
-# continue_adapter: a base that carries an adapter (a previous LoRA run) continues it, so every
-# adapter of a chain is the delta from the chain's first base (what a server on one base needs).
-LORA_DEFAULTS: dict[str, Any] = {
-    "r": 0,
-    "alpha": None,
-    "dropout": 0.0,
-    "target_modules": ["all-linear"],
-    "continue_adapter": True,
-}
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapters via peft (`pip install 'rlcycle[lora]'`; docs/lora.md): `[train.lora]`, or
+    `--set lora.r=16 --set lora.target_modules=q_proj,v_proj`. r = 0 (the default) is off: a
+    full fine-tune."""
+
+    r: int = cfg(0, help="LoRA rank (0 = off: full fine-tune).")
+    alpha: float | None = cfg(None, help="LoRA scale alpha (the update is scaled by alpha / r; none = 2r).")
+    dropout: float = cfg(0.0, help="Dropout on the LoRA path, in [0, 1).")
+    target_modules: list[str] = cfg(
+        ["all-linear"], help="Module names that get adapters (a comma list on --set), or all-linear."
+    )
+    # A chain's adapters stay deltas from its first base: what a server on one base needs.
+    continue_adapter: bool = cfg(
+        True,
+        help="A base trained with LoRA continues its adapter, so every adapter of a chain is the "
+        "delta from the chain's first base (false: a new adapter on the base's merged weights).",
+    )
+
+    @property
+    def scale_alpha(self) -> float:
+        """alpha in force: the setting, else 2r."""
+        return float(2 * self.r if self.alpha is None else self.alpha)
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        check_range(p, self, "r", ge=0)
+        check_range(p, self, "alpha", gt=0, finite=True, optional=True)
+        check_range(p, self, "dropout", ge=0, lt=1)
+        if not self.target_modules or not all(m.strip() for m in self.target_modules):
+            p.append(
+                f"target_modules={self.target_modules!r}: must be a non-empty list of module names (or all-linear)"
+            )
+        return p
 
 
 @dataclass
@@ -116,14 +140,7 @@ class TrainConfig:
     attn_implementation: str = cfg("sdpa", help="transformers attention: sdpa, eager or flash_attention_2.")
     save_dtype: str = cfg("base", help="dtype of the saved weights: base (as the base checkpoint), fp32 or bf16.")
     cpu: bool = cfg(False, help="Train on CPU even when a GPU is visible.")
-    lora: dict[str, Any] = cfg(
-        dict(LORA_DEFAULTS),
-        help="LoRA adapters via peft (pip install 'rlcycle[lora]'): r (rank, 0 = off: full "
-        "fine-tune), alpha (scale alpha/r; none = 2r), dropout, target_modules (comma list of "
-        "module names, or all-linear), continue_adapter (true: a base trained with LoRA continues its "
-        "adapter, so the adapter stays the delta from the first base); e.g. --set lora.r=16 "
-        "--set lora.target_modules=q_proj,v_proj. See docs/lora.md.",
-    )
+    lora: LoraConfig = cfg(LoraConfig(), help="LoRA adapters (lora.r > 0; see LoraConfig, docs/lora.md).")
     # --- reproducibility and resume ---------------------------------------------------------
     seed: int = cfg(0, help="Seed of the data order and every RNG.")
     save_every: int = cfg(50, help="Save resumable state every this many steps (0 = never).")
@@ -134,22 +151,14 @@ class TrainConfig:
         None, help="Stop after this many steps as if killed, without a checkpoint (resume drills, tests)."
     )
 
-    def __post_init__(self) -> None:
-        # Fill the LoRA table with its defaults and coerce `--set` strings (validate() reports
-        # what cannot be coerced), so equal settings compare and fingerprint equal.
-        if isinstance(self.lora, dict):
-            self.lora = _lora_table(self.lora)
-
     @property
     def lora_r(self) -> int:
         """The LoRA rank in force (0 = full fine-tune)."""
-        r = self.lora.get("r") if isinstance(self.lora, dict) else 0
-        return r if isinstance(r, int) and not isinstance(r, bool) else 0
+        return self.lora.r
 
     @property
     def lora_alpha(self) -> float:
-        alpha = self.lora.get("alpha")
-        return float(2 * self.lora_r if alpha is None else alpha)
+        return self.lora.scale_alpha
 
     @property
     def shares_prefix(self) -> bool:
@@ -207,57 +216,7 @@ class TrainConfig:
             ge=0,
             finite=True,
         )
-        _check_lora(p, self.lora)
         return p
-
-
-def _lora_table(table: dict[str, Any]) -> dict[str, Any]:
-    out = dict(LORA_DEFAULTS)
-    out.update(table)
-    for key, conv in (("r", int), ("dropout", float)):
-        if isinstance(out[key], str):
-            try:
-                out[key] = conv(out[key].strip())
-            except ValueError:
-                pass
-    if isinstance(out["continue_adapter"], str) and out["continue_adapter"].strip().lower() in ("true", "false"):
-        out["continue_adapter"] = out["continue_adapter"].strip().lower() == "true"
-    if isinstance(out["dropout"], int) and not isinstance(out["dropout"], bool):
-        out["dropout"] = float(out["dropout"])
-    alpha = out["alpha"]
-    if isinstance(alpha, str):
-        try:
-            out["alpha"] = None if alpha.strip().lower() in ("", "none", "null") else float(alpha)
-        except ValueError:
-            pass
-    elif isinstance(alpha, int) and not isinstance(alpha, bool):
-        out["alpha"] = float(alpha)
-    mods = out["target_modules"]
-    if isinstance(mods, str):
-        out["target_modules"] = [m.strip() for m in mods.split(",") if m.strip()]
-    elif isinstance(mods, (list, tuple)):
-        out["target_modules"] = [str(m).strip() for m in mods]
-    return out
-
-
-def _check_lora(problems: list[str], lora: Any) -> None:
-    if not isinstance(lora, dict):
-        problems.append(f"lora={lora!r}: must be a table of {', '.join(LORA_DEFAULTS)}")
-        return
-    for key in lora:
-        if key not in LORA_DEFAULTS:
-            problems.append(f"lora.{key}: unknown key (LoRA keys: {', '.join(LORA_DEFAULTS)})")
-    r, alpha, dropout, mods = lora.get("r"), lora.get("alpha"), lora.get("dropout"), lora.get("target_modules")
-    if not isinstance(r, int) or isinstance(r, bool) or r < 0:
-        problems.append(f"lora.r={r!r}: must be an integer >= 0 (0 = off)")
-    if alpha is not None and (not isinstance(alpha, float) or not math.isfinite(alpha) or alpha <= 0):
-        problems.append(f"lora.alpha={alpha!r}: must be a number > 0 (or none = 2r)")
-    if not isinstance(dropout, float) or not 0.0 <= dropout < 1.0:
-        problems.append(f"lora.dropout={dropout!r}: must be a number in [0, 1)")
-    if not isinstance(lora.get("continue_adapter"), bool):
-        problems.append(f"lora.continue_adapter={lora.get('continue_adapter')!r}: must be true or false")
-    if not isinstance(mods, list) or not mods or not all(isinstance(m, str) and m for m in mods):
-        problems.append(f"lora.target_modules={mods!r}: must be a non-empty list of module names (or all-linear)")
 
 
 def _choice(problems: list[str], name: str, value: str, allowed: tuple[str, ...]) -> None:

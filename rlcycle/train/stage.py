@@ -187,7 +187,7 @@ def run(
                 "dir": ADAPTER_DIR,
                 "r": config.lora_r,
                 "alpha": config.lora_alpha,
-                "target_modules": list(config.lora["target_modules"]),
+                "target_modules": list(config.lora.target_modules),
                 "base": adapter_base,
             }
         _save(acc, model, base_info, out, meta, rows, config, result, metrics_path)
@@ -340,11 +340,11 @@ def apply_lora(model, config: TrainConfig, base_info: C.BaseInfo):
             f"lora.r={config.lora_r} needs peft, which is not installed",
             hint="pip install 'rlcycle[lora]'  (or --set lora.r=0 for a full fine-tune)",
         ) from None
-    mods = list(config.lora["target_modules"])
+    mods = list(config.lora.target_modules)
     spec = LoraConfig(
         r=config.lora_r,
         lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora["dropout"],
+        lora_dropout=config.lora.dropout,
         target_modules="all-linear" if mods == ["all-linear"] else mods,
         bias="none",
         task_type="CAUSAL_LM",
@@ -362,7 +362,7 @@ def apply_lora(model, config: TrainConfig, base_info: C.BaseInfo):
             hint=f"this model's linear layers are named {', '.join(linear)} (or use all-linear)",
         ) from None
     prev = base_info.meta.get("adapter")
-    if not (prev and config.lora["continue_adapter"]):
+    if not (prev and config.lora.continue_adapter):
         return model, {"id": base_info.id, "path": str(base_info.path.resolve())}
     return model, _continue_adapter(model, config, base_info, prev)
 
@@ -375,7 +375,7 @@ def _continue_adapter(model, config: TrainConfig, base_info: C.BaseInfo, prev: d
     from safetensors.torch import load_file
 
     here = base_info.path / prev.get("dir", ADAPTER_DIR)
-    wanted = {"r": config.lora_r, "alpha": config.lora_alpha, "target_modules": list(config.lora["target_modules"])}
+    wanted = {"r": config.lora_r, "alpha": config.lora_alpha, "target_modules": list(config.lora.target_modules)}
     differs = [f"{k}={prev.get(k)!r} (now {v!r})" for k, v in wanted.items() if prev.get(k) != v]
     if differs or not (here / "adapter_model.safetensors").is_file():
         raise InputError(
