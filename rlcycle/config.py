@@ -3,7 +3,7 @@
 defaults < config file (TOML) < `--set key=value` < explicit CLI flags.
 
 Every field carries help text (`field(metadata={"help": ...})`). Unknown keys are rejected and
-every problem is reported at once, naming where the value came from (CONVENTIONS.md §4).
+every problem is reported at once, naming where the value came from (docs/design.md, "Conventions every command follows").
 The resolved config is saved beside the outputs with `save_resolved()`.
 
 Shared by every config: `read_toml` (the one TOML reader; a syntax error names the file, line

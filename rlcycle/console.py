@@ -1,4 +1,4 @@
-"""Where output goes: results to stdout, progress and errors to stderr (CONVENTIONS.md §10).
+"""Where output goes: results to stdout, progress and errors to stderr (docs/design.md, "Conventions").
 
 Rich progress only when stderr is a terminal; plain periodic lines otherwise so cron logs stay
 readable. `NO_COLOR` is honoured.

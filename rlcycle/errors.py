@@ -1,6 +1,6 @@
 """The one error type of rlcycle: what went wrong, where the value came from, and a hint.
 
-Exit codes a cron job can branch on (CONVENTIONS.md §12):
+Exit codes a cron job can branch on (docs/design.md, "Exit codes"):
 0 ok (also "up to date"), 1 runtime failure, 2 usage/config/schema/input error,
 3 the eval gate refused the candidate, 130 interrupted.
 """

@@ -1,4 +1,4 @@
-"""Reading and writing rlcycle artifacts by path or `-` (CONVENTIONS.md §7–8).
+"""Reading and writing rlcycle artifacts by path or `-` (docs/design.md, "Conventions").
 
 Formats, chosen by the path when writing and sniffed by magic bytes when reading:
 - `.arrow` (or `.feather`/`.ipc`): uncompressed Arrow IPC *file* (memory-mappable; `pl.scan_ipc`)
@@ -7,7 +7,10 @@ Formats, chosen by the path when writing and sniffed by magic bytes when reading
 - `.jsonl` / `.json` (optionally `.gz`): JSON lines, for events and quarantine files
 
 Every write is atomic: a temp file beside the target, renamed into place on success, removed
-on failure, so an output path never holds a partial file. Binary is never written to a
+on failure, so an output path never holds a partial file. A writer killed before it could
+remove its temp file (kill -9, OOM) leaves it behind; the temp name carries the writer's host
+and pid (`.<name>.<host>-<pid>.XXXXXXXX.tmp`), so the next write of the same target removes
+those of dead writers on this host (`reclaim_temps`) and never a live one's. Binary is never written to a
 terminal. Directories (checkpoints) get the same treatment with `atomic_dir`, and `FileLock`
 is the one inter-process lock (a registry writer, one cycle per RLCYCLE_HOME).
 """
@@ -16,9 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gzip
 import os
+import re
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -199,12 +203,52 @@ def refuse_terminal(stream: IO) -> None:
         )
 
 
+def _writer_tag() -> str:
+    """This process as temp names carry it: host (dots and dashes as `_`) and pid."""
+    return f"{re.sub(r'[^A-Za-z0-9_]', '_', socket.gethostname())}-{os.getpid()}"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (a zombie or another user's process counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def reclaim_temps(path: str | Path) -> list[Path]:
+    """Remove the temp files that dead writers of `path` left beside it; return them.
+
+    Only names of this target's pattern (`.<name>.<host>-<pid>.XXXXXXXX.tmp`, XXXXXXXX from
+    mkstemp) with this host and a pid that no longer runs: a live writer's temp, another
+    target's, or one written on another host of a shared filesystem is never touched."""
+    target = Path(path)
+    host = _writer_tag().rsplit("-", 1)[0]
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.{re.escape(host)}-(\d+)\.[a-z0-9_]{{8}}\.tmp")
+    removed = []
+    try:
+        entries = list(os.scandir(target.parent))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m and entry.is_file(follow_symlinks=False) and not pid_alive(int(m.group(1))):
+            Path(entry.path).unlink(missing_ok=True)
+            removed.append(Path(entry.path))
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """A temp path beside `path`; renamed onto it when the block succeeds, removed otherwise."""
+    """A temp path beside `path`; renamed onto it when the block succeeds, removed otherwise.
+    Temp files that killed writers of `path` left are removed first (`reclaim_temps`)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    reclaim_temps(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{_writer_tag()}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -264,11 +308,6 @@ def replace_dir(tmp: str | Path, path: str | Path) -> None:
 def atomic_write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
 
 
 class ArtifactWriter:
@@ -426,10 +465,3 @@ class FileLock:
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
-
-
-def open_text_maybe_gz(path: str | Path) -> IO[bytes]:
-    """Binary reader that transparently gunzips `.gz` (sniffed) files."""
-    if sniff(read_head(path, 2)) is Format.GZIP:
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")

@@ -9,11 +9,13 @@ into the installed package, found with `importlib.resources`, so the defaults of
     reward_spec()  rlcycle/data/rewards.toml     the default reward spec of distill
     tasks()        rlcycle/data/tasks/           a small task suite (two clusters)
     events()       rlcycle/data/events/          a small production event log (JSONL)
+    sandbox_images() rlcycle/data/sandbox_images/ the sandbox image's build context
 
     cycle_config(name)  rlcycle/configs/NAME.toml   a packaged cycle config (`rlcycle cycle --config demo`)
 
 `rlcycle/data/` is generated from the repository's `sample_data/` (the full tokenizer and
-reward spec, two of the six task clusters, every 32nd session of the event log) by
+reward spec, two of the six task clusters, every 32nd session of the event log) and
+`sandbox_images/` (the Dockerfile and the offline base script) by
 `scripts/gen_package_data.py`; `tests/test_wheel.py` fails when the two disagree. The large
 sample data (the whole event log, the OTel export, all six clusters) stays in `sample_data/`.
 Ground floor: imports nothing of rlcycle's but the error types.
@@ -63,6 +65,11 @@ def tasks() -> Path:
 def events() -> Path:
     """The default production event log directory (a slice of sample_data/events)."""
     return data_path("events")
+
+
+def sandbox_images() -> Path:
+    """The sandbox image's build context directory (Dockerfile, build_base_offline.sh)."""
+    return data_path("sandbox_images")
 
 
 def packaged_configs() -> list[str]:

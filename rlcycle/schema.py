@@ -105,7 +105,6 @@ REQUIRED_BY_TYPE: dict[str, tuple[str, ...]] = {
     "user_message": ("episode_id", "text"),
     "feedback": ("value",),  # plus sample_id or episode_id, checked by collect
 }
-COMMON_REQUIRED = ("event_id", "type", "ts", "session_id")
 
 # --- trajectories: one row per model sample, feedback joined -------------------------------
 _TRAJECTORY_FIELDS = (

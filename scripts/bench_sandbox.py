@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark the sandbox: tool-call round trip through the executor vs docker exec_run.
 
-Measures, in one run against the same engine (CONVENTIONS.md §17: a named baseline, a ratio):
+Measures, in one run against the same engine (a named baseline, a ratio; README.md, "Development"):
 
 1. round trip of one tool call (`echo hello`, argv form) through the persistent executor,
    and through `container.exec_run` on the *same* container, interleaved in blocks: p50, p99,

@@ -19,7 +19,7 @@ same process, fp32 on CPU:
 Printed per side: tokens/s (every row's prompt + completion tokens, whatever ran once, per
 second of optimizer step: the same token count on every side) and seconds per step, the median
 over `--repeats` interleaved runs (each run's own value is the median of its timed steps), every
-run's value, and the ratio to the baseline. Speed is measured, never asserted (CONVENTIONS §17).
+run's value, and the ratio to the baseline. Speed is measured, never asserted (README.md, "Development").
 
     .venv/bin/python scripts/bench_train.py                              # tiny default model
     .venv/bin/python scripts/bench_train.py --model runs/smol/warm --batch 8 --steps 2 \\

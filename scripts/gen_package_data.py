@@ -1,6 +1,6 @@
 """Write rlcycle/data/ (the defaults a wheel ships) from sample_data/, or check that they agree.
 
-In:  sample_data/ (tokenizer/, rewards.toml, tasks/, events/).
+In:  sample_data/ (tokenizer/, rewards.toml, tasks/, events/) and sandbox_images/.
 Out: rlcycle/data/ with
        tokenizer/          a copy of sample_data/tokenizer/
        rewards.toml        a copy of sample_data/rewards.toml
@@ -9,12 +9,14 @@ Out: rlcycle/data/ with
                            in file order) whose session is one of every SESSION_STRIDE-th session
                            in order of first appearance: whole sessions over the whole day, so
                            both policy versions and the late edit outcomes are in it
+       sandbox_images/     a copy of sandbox_images/ (the sandbox image's build context, so
+                           `rlcycle sandbox build` and simulate/eval work from a wheel)
      or, with --check, exit 1 listing every file that differs, is missing or is extra.
 
     .venv/bin/python scripts/gen_package_data.py            # after changing sample_data/
     .venv/bin/python scripts/gen_package_data.py --check    # what tests/test_wheel.py runs
 
-sample_data/ is the source; rlcycle/data/ is never edited by hand.
+sample_data/ and sandbox_images/ are the source; rlcycle/data/ is never edited by hand.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "sample_data"
+IMAGES = REPO / "sandbox_images"
 DATA = REPO / "rlcycle" / "data"
 TASK_CLUSTERS = ("calc", "textutils")
 SESSION_STRIDE = 32
@@ -58,6 +61,7 @@ def expected() -> dict[str, bytes]:
     for cluster in TASK_CLUSTERS:
         out.update({f"tasks/{cluster}/{k}": v for k, v in _tree(SAMPLE / "tasks" / cluster).items()})
     out["events/events.jsonl"] = _event_slice(SAMPLE / "events")
+    out.update({f"sandbox_images/{k}": v for k, v in _tree(IMAGES).items()})
     return out
 
 
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr)
         if diff:
             print(
-                "rlcycle/data/ disagrees with sample_data/: run scripts/gen_package_data.py",
+                "rlcycle/data/ disagrees with sample_data/ or sandbox_images/: run scripts/gen_package_data.py",
                 file=sys.stderr,
             )
         return 1 if diff else 0

@@ -1,7 +1,7 @@
 """Shared fixtures: a temp RLCYCLE_HOME per test, the CLI runner, and the Docker engine.
 
 Docker tests must *run* in CI: when CI is set and no engine answers, they fail; elsewhere they
-skip with the reason printed (DEVELOPERS.md).
+skip with the reason printed (README.md, "Development").
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -224,3 +225,75 @@ def test_resolved_config_saved_and_set_precedence(cli, tmp_path):
     assert r.exit_code == 0
     saved = json.loads((tmp_path / "t.arrow.config.json").read_text())
     assert saved["maturity_s"] == 30.0 and saved["edit_tools"] == ["write_file"]
+
+
+def _run_dir_with_sidecars(cli, root):
+    """A run directory as rlcycle leaves it: an events log among rlcycle's own files and a stray
+    `--json` output, with one bad event line (quarantined) so a quarantine file is there too."""
+    evs = many(4)
+    write_jsonl(root / "simulate" / "events.jsonl", evs, ['{"event_id": "bad", "type": "telemetry"}'])
+    (root / "simulate" / "events.jsonl.config.json").write_text(json.dumps({"seed": 1}, indent=2))
+    (root / "simulate" / "manifest.json").write_text(json.dumps({"stage": "simulate"}, indent=2))
+    (root / "simulate" / ".events.jsonl.x1y2.tmp").write_text('{"event_id": "half')  # a killed writer's
+    (root / "run.json").write_text(json.dumps({"base_id": "sha256:abc"}))
+    out = root / "collect" / "trajectories.arrow"
+    r = collect(cli, root / "simulate" / "events.jsonl", "-o", out, "--json")
+    assert r.exit_code == 0, r.error
+    # `--json > DIR/summary.json`, as a terminal shows it (indented) and as a pipe gets it (one line)
+    (root / "collect" / "summary.json").write_text(json.dumps(json.loads(r.stdout), indent=2))
+    (root / "collect" / "summary.line.json").write_text(json.dumps(json.loads(r.stdout)) + "\n")
+    (root / "collect" / "weights.bin").write_bytes(b"\x00\x01binary")
+    return evs, r
+
+
+def test_a_run_dir_collects_its_event_logs_and_skips_and_counts_the_rest(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    evs, first = _run_dir_with_sidecars(cli, run_dir)
+    out = tmp_path / "again.arrow"
+    r = collect(cli, run_dir, "-o", out, "--json")
+    assert r.exit_code == 0, r.error
+    got, ref = json.loads(r.stdout), json.loads(first.stdout)
+    assert got["files"] == 1 and got["events_in"] == len(evs) and got["quarantined"] == 1
+    assert pl.read_ipc(out).equals(pl.read_ipc(run_dir / "collect" / "trajectories.arrow"))
+    assert (got["samples_out"], got["episodes_out"]) == (ref["samples_out"], ref["episodes_out"])
+    skipped = {Path(s["file"]).relative_to(run_dir).as_posix(): s["reason"] for s in got["skipped"]}
+    assert got["skipped_files"] == len(skipped) == 10
+    assert "resolved config" in skipped["simulate/events.jsonl.config.json"]
+    assert "resolved config" in skipped["collect/trajectories.arrow.config.json"]
+    assert "manifest" in skipped["simulate/manifest.json"] and "run.json" in skipped["run.json"]
+    assert "hidden" in skipped["simulate/.events.jsonl.x1y2.tmp"]
+    assert "quarantine" in skipped["collect/trajectories.arrow.quarantine.jsonl"]
+    assert "not an OTLP/JSON" in skipped["collect/summary.json"]
+    assert "none of the event keys" in skipped["collect/summary.line.json"]
+    assert "none of the event columns" in skipped["collect/trajectories.arrow"]
+    assert "not JSON lines" in skipped["collect/weights.bin"]
+    # the human summary says so too
+    r = cli(["collect", run_dir, "-o", tmp_path / "h.arrow", "--as-of", AS_OF])
+    assert r.exit_code == 0 and "skipped        10 file(s) that are not event logs" in r.stderr
+
+
+def test_a_named_file_that_is_not_an_event_log_is_an_error(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    _run_dir_with_sidecars(cli, run_dir)
+    cases = {
+        "simulate/events.jsonl.config.json": "not an event log (a resolved config",
+        "collect/trajectories.arrow.quarantine.jsonl": "not an event log (collect's quarantine file)",
+        "simulate/manifest.json": "not an event log (a cycle stage's manifest)",
+        "collect/summary.json": "a JSON document that is not an OTLP/JSON trace export",
+        "collect/summary.line.json": "not an event log (its first record is a JSON object with none",
+        "collect/trajectories.arrow": "not an event log (an Arrow/Parquet table with none of the event columns",
+        "collect/weights.bin": "not JSON lines, Arrow, Parquet or OTel JSON",
+    }
+    for rel, message in cases.items():
+        out = tmp_path / "t.arrow"
+        r = collect(cli, run_dir / rel, "-o", out)
+        assert r.exit_code == 2 and message in r.error and rel in r.error, (rel, r.error)
+        assert not out.exists()
+
+
+def test_a_directory_of_nothing_but_sidecars_is_an_empty_input(cli, tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "t.arrow.config.json").write_text("{}")
+    r = collect(cli, d, "-o", tmp_path / "t.arrow")
+    assert r.exit_code == 2 and "the input is empty (1 file(s) skipped as not event logs)" in r.error

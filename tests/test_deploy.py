@@ -92,8 +92,8 @@ def test_force_is_recorded_and_canary_keeps_production(cli, ckpts, tmp_path):
 
 
 def test_verdict_for_another_checkpoint_is_refused(cli, ckpts, tmp_path):
-    r = cli(["deploy", ckpts[0], "--verdict", verdict(tmp_path, candidate_id="sha256-other")])
-    assert r.exit_code == 2 and "is for checkpoint sha256-other" in r.error
+    r = cli(["deploy", ckpts[0], "--verdict", verdict(tmp_path, candidate_id="sha256:other")])
+    assert r.exit_code == 2 and "is for checkpoint sha256:other" in r.error
 
 
 def test_failing_command_hook_moves_the_alias_back(cli, ckpts, tmp_path):
@@ -278,3 +278,51 @@ def test_rollback_calls_the_serving_hook_and_a_failing_one_undoes_it(cli, ckpts,
     }
     hist = Registry(registry_dir()).history().column("action").to_pylist()
     assert hist == ["promote", "promote", "rollback", "revert", "rollback"]
+
+
+def test_deploy_help_names_the_env_var_the_gateway_reads(cli):
+    """One name for the gateway's API key: deploy's help example and the gateway's --api-key."""
+    import typer.main
+
+    from rlcycle.cli import app
+
+    gateway = typer.main.get_command(app).commands["gateway"]
+    [api_key] = [p for p in gateway.params if p.name == "api_key"]
+    assert api_key.envvar == "RLCYCLE_GATEWAY_API_KEY"
+    r = cli(["deploy", "--help"])
+    text = " ".join(r.stdout.split())  # help is wrapped at 80 columns
+    assert r.exit_code == 0 and "--hook-api-key-env RLCYCLE_GATEWAY_API_KEY" in text
+    assert "RLCYCLE_GATEWAY_KEY" not in text
+
+
+def test_deploy_reloads_a_real_gateway_with_the_key_from_its_env_var(cli, tmp_path, monkeypatch, rlcycle_home):
+    """deploy --hook-api-key-env RLCYCLE_GATEWAY_API_KEY against a gateway keyed with that same
+    variable: the reload is authorised and the gateway serves the new checkpoint."""
+    from rlcycle import model_init
+    from rlcycle.gateway import GatewayConfig, start
+
+    models = [model_init.run(model_init.InitModelConfig(seed=s), tmp_path / f"m{s}").path for s in (0, 1)]
+    v = verdict(tmp_path)
+    assert cli(["deploy", models[0], "--verdict", v]).exit_code == 0
+    monkeypatch.setenv("RLCYCLE_GATEWAY_API_KEY", "s3cret")
+    running = start(
+        GatewayConfig(
+            registry=str(rlcycle_home / "registry"),
+            log_dir=str(tmp_path / "logs"),
+            port=0,
+            api_key=os.environ["RLCYCLE_GATEWAY_API_KEY"],
+            watch_interval_s=0,
+        )
+    )
+    try:
+        hook = ["--hook", running.url + "/v1/rlcycle/reload", "--hook-api-key-env", "RLCYCLE_GATEWAY_API_KEY"]
+        assert running.gateway.models.describe()["checkpoint_id"] == checkpoint_id(models[0])
+        monkeypatch.setenv("RLCYCLE_GATEWAY_API_KEY", "wrong")
+        r = cli(["deploy", models[1], "--verdict", v, *hook])
+        assert r.exit_code == 1 and "401" in r.error  # the gateway refused the key: alias moved back
+        monkeypatch.setenv("RLCYCLE_GATEWAY_API_KEY", "s3cret")
+        r = cli(["deploy", models[1], "--verdict", v, *hook])
+        assert r.exit_code == 0, r.error
+        assert running.gateway.models.describe()["checkpoint_id"] == checkpoint_id(models[1])
+    finally:
+        running.close()

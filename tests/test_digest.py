@@ -1,5 +1,4 @@
-"""The shared helpers: content hashes and checkpoint ids (old `sha256-` ids still read), the
-atomic directory swap, the file lock, the TOML reader and the range check of `validate()`."""
+"""The shared helpers: content hashes and checkpoint ids, the atomic directory swap, the file lock, the TOML reader and the range check of `validate()`."""
 
 from __future__ import annotations
 
@@ -11,12 +10,10 @@ import pytest
 
 from rlcycle import digest
 from rlcycle import io as rio
-from rlcycle.cli.options import registry_dir
 from rlcycle.config import check_range, read_toml
 from rlcycle.errors import InputError
-from rlcycle.policy.registry import Registry, checkpoint_id
+from rlcycle.policy.registry import checkpoint_id
 from rlcycle.train import checkpoint as C
-from rlcycle.train.data import version_index
 
 NEW_ID = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -28,29 +25,6 @@ def fake_ckpt(path, seed: int):
     (path / "model.safetensors").write_bytes(hashlib.sha256(str(seed).encode()).digest() * 64)
     (path / "tokenizer.json").write_text("{}")
     return path
-
-
-def old_registry(root, ckpt, alias="production") -> str:
-    """A registry as versions before the `sha256:` ids wrote it: the checkpoint stored under
-    `sha256-` + 32 hex of its tree hash, an alias on it, its history row not yet appended."""
-    old_id = "sha256-" + digest.tree_sha256(ckpt)[:32]
-    import shutil
-
-    shutil.copytree(ckpt, root / "checkpoints" / old_id)
-    entry = {
-        "action": "register",
-        "alias": alias,
-        "checkpoint_id": old_id,
-        "previous_id": None,
-        "verdict": None,
-        "decision": None,
-        "actor": "old@host",
-        "note": None,
-        "ts": 1.7e9,
-        "seq": 1,
-    }
-    (root / "state.json").write_text(json.dumps({"seq": 1, "aliases": {alias: old_id}, "canary": None, "last": entry}))
-    return old_id
 
 
 # --- hashes and ids -------------------------------------------------------------------------------
@@ -75,58 +49,6 @@ def test_one_id_format_for_every_checkpoint(tmp_path):
     assert NEW_ID.fullmatch(cid) and cid == "sha256:" + digest.tree_sha256(foreign)
     assert NEW_ID.fullmatch(C.content_id(foreign))  # what train writes into rlcycle.json
     assert C.content_id(foreign) == "sha256:" + digest.file_sha256(foreign / "model.safetensors")
-    old = digest.legacy_id(cid)
-    assert old == "sha256-" + cid[7:39]
-    assert digest.same_checkpoint(old, cid) and digest.same_checkpoint(cid, old)
-    assert not digest.same_checkpoint(old, "sha256:" + "0" * 64)
-    assert not digest.same_checkpoint(cid[:20], cid)  # a prefix of a new id is not an old id
-    assert not digest.same_checkpoint(None, cid)
-
-
-# --- old registries and lineage files ------------------------------------------------------------
-
-
-def test_an_old_registry_still_resolves_and_is_not_copied_twice(cli, tmp_path, rlcycle_home):
-    ckpt = fake_ckpt(tmp_path / "ckpt", 1)
-    root = rlcycle_home / "registry"
-    old_id = old_registry(root, ckpt)
-    new_id = checkpoint_id(ckpt)
-    reg = Registry(registry_dir())  # opening appends the history row the old writer left undone
-    assert reg.history().num_rows == 1
-    for ref in ("production", "registry:production", old_id, new_id):
-        assert reg.resolve(ref) == root / "checkpoints" / old_id, ref
-    r = cli(["registry", "show", new_id])
-    assert r.exit_code == 0, r.error
-    assert json.loads(r.stdout)["path"] == str(root / "checkpoints" / old_id)
-    # Deploying the same content (its verdict names the new id) finds the old entry.
-    v = tmp_path / "verdict.json"
-    v.write_text(json.dumps({"decision": "accept", "candidate_id": new_id, "gates": []}))
-    r = cli(["deploy", ckpt, "--verdict", v, "--alias", "candidate", "--json"])
-    assert r.exit_code == 0, r.error
-    assert json.loads(r.stdout)["checkpoint_id"] == old_id
-    assert [c["id"] for c in Registry(registry_dir()).checkpoints()] == [old_id]
-    # Another checkpoint is stored under its new id, beside the old one.
-    other = fake_ckpt(tmp_path / "other", 2)
-    r = cli(["registry", "add", other])
-    assert r.exit_code == 0 and r.stdout.strip() == checkpoint_id(other)
-    assert sorted(c["id"] for c in Registry(registry_dir()).checkpoints()) == sorted([old_id, checkpoint_id(other)])
-
-
-def test_an_old_lineage_file_still_orders_policy_versions(tmp_path):
-    foreign = fake_ckpt(tmp_path / "foreign", 3)  # the first base, served then as `sha256-...`
-    old_parent = digest.legacy_id(checkpoint_id(foreign))
-    child = fake_ckpt(tmp_path / "child", 4)  # trained by an older version from that base
-    child_id = C.content_id(child)
-    (child / "rlcycle.json").write_text(
-        json.dumps({"id": child_id, "parent": old_parent, "lineage": [old_parent, child_id]})
-    )
-    base = C.read_base(child)
-    assert base.id == child_id and base.lineage == [old_parent, child_id]
-    # Events logged under the old id, or under the new id the foreign base now has, are one version.
-    assert version_index(old_parent, base.lineage) == 0
-    assert version_index(checkpoint_id(foreign), base.lineage) == 0
-    assert version_index(child_id, base.lineage) == 1
-    assert version_index("sha256:" + "f" * 64, base.lineage) is None
 
 
 # --- atomic directories and the lock ------------------------------------------------------------

@@ -67,6 +67,19 @@ def test_a_better_candidate_is_accepted(cli, suite, tmp_path, docker_client):
     assert schema.validate(table, schema.EVAL_RESULTS) == [] and table.num_rows == 24
 
 
+def test_a_suite_smaller_than_min_paired_tasks_says_so_not_sandbox_health(cli, suite, tmp_path, docker_client):
+    small = tmp_path / "small"
+    for t in sorted(p for p in suite.glob("*/*") if p.is_dir())[:2]:
+        shutil.copytree(t, small / t.parent.name / t.name)
+    out = tmp_path / "eval" / "eval_results.arrow"
+    r = run_eval(cli, small, out, "scripted:reference", "scripted:nothing")
+    assert r.exit_code == 1, r.error + r.output
+    assert "2 paired task(s) < min_paired_tasks=5: the suite has 2 task(s)" in r.error
+    assert "lower eval.min_paired_tasks" in r.error and "sandbox health" not in r.error
+    v = json.loads((out.parent / "verdict.json").read_text())
+    assert v["decision"] == "no_verdict" and v["errors"] == 0 and v["paired_tasks"] == 2
+
+
 def test_a_worse_candidate_is_refused_with_exit_3(cli, suite, tmp_path, docker_client):
     r = run_eval(cli, suite, tmp_path / "e.arrow", "scripted:nothing", "scripted:reference")
     assert r.exit_code == 3 and "pass_rate" in r.error

@@ -114,3 +114,19 @@ def test_errors_are_left_out_and_too_few_tasks_give_no_verdict():
     v = decide(df, "cand", "base", GateConfig())
     assert v["decision"] == "no_verdict" and v["errors"] == 3 * 2 * 2
     assert v["metrics"]["candidate"]["tasks"] == 3
+    # Six tasks, three of them lost to sandbox errors: the cause is the sandboxes, not the suite.
+    assert "sandbox error" in v["reason"] and "sandbox health" in v["hint"]
+
+
+def test_a_suite_smaller_than_min_paired_tasks_names_the_suite_not_the_sandboxes():
+    from rlcycle.evaluation.verdict import GateConfig, decide
+
+    v = decide(_results(0.5, 0.5, n_tasks=3), "cand", "base", GateConfig(min_paired_tasks=5))
+    assert v["decision"] == "no_verdict" and v["errors"] == 0
+    assert v["reason"] == "3 paired task(s) < min_paired_tasks=5: the suite has 3 task(s)"
+    assert "min_paired_tasks" in v["hint"] and "bigger suite" in v["hint"] and "sandbox" not in v["hint"]
+    # Exactly enough tasks: a verdict.
+    assert decide(_results(0.5, 0.5, n_tasks=3), "cand", "base", GateConfig(min_paired_tasks=3))["decision"] in (
+        "accept",
+        "refuse",
+    )

@@ -74,6 +74,32 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_write_reclaims_only_the_temps_its_dead_writers_left(tmp_path):
+    """A killed writer's temp (its pid gone) goes when the same target is written again; a live
+    writer's, another host's and another target's stay."""
+    import os
+    import re
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)  # exited: its pid runs nothing now (reuse in between is vanishingly rare)
+    host = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())
+    left = tmp_path / f".log.jsonl.{host}-{pid}.k2j4h5g6.tmp"
+    keep = [
+        f".log.jsonl.{host}-{os.getpid()}.abcdefgh.tmp",  # live: this process
+        f".log.jsonl.otherhost-{pid}.abcdefgh.tmp",  # another host of a shared filesystem
+        f".log.jsonl.x.{host}-{pid}.abcdefgh.tmp",  # the temp of log.jsonl.x
+        f".log.jsonl.{host}-{pid}.abc.tmp",  # not a name mkstemp makes
+    ]
+    for name in [left.name, *keep]:
+        (tmp_path / name).write_text("partial")
+    rio.atomic_write_text(tmp_path / "log.jsonl", "whole\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["log.jsonl", *keep])
+    assert rio.reclaim_temps(tmp_path / "log.jsonl") == []
+
+
 def test_unknown_output_extension_is_refused(tmp_path):
     with pytest.raises(InputError, match="unknown extension"):
         rio.format_for_output(tmp_path / "x.csv")

@@ -4,6 +4,12 @@ sandboxes, the events read back by `rlcycle collect`, the CLI's output and error
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
 
 import pytest
 from test_runner import make_suite, scrub
@@ -73,8 +79,9 @@ def test_reference_via_cli_json_summary_files_and_determinism(cli, suite_dir, tm
     assert summary["clarification_rate"] == 0.5 and summary["invalid_call_rate"] == 0.0
     events = read_events(out)
     assert len(events) == summary["events"] and len({e["event_id"] for e in events}) == len(events)
-    assert (out.parent / ".events.jsonl.config.json").exists()  # a dot file: `collect DIR` skips it
-    assert json.loads((out.parent / ".events.jsonl.config.json").read_text())["seed"] == 7
+    # OUT.config.json, as collect and distill save theirs (no hidden file)
+    assert not (out.parent / ".events.jsonl.config.json").exists()
+    assert json.loads((out.parent / "events.jsonl.config.json").read_text())["seed"] == 7
     # Sessions in job order: task i mod 2, attempt i div 2.
     sessions = list(dict.fromkeys(e["session_id"] for e in events))
     assert [s.split("-", 2)[2] for s in sessions] == ["calc-add-a0", "greet-a0", "calc-add-a1", "greet-a1"]
@@ -87,13 +94,14 @@ def test_reference_via_cli_json_summary_files_and_determinism(cli, suite_dir, tm
         return [{k: v for k, v in e.items() if k != "prompt_ids" or e["turn"] == 0} for e in scrub(evs)]
 
     assert stable(read_events(again)) == stable(events)
-    # ... and collect reads the directory (config dot file skipped) without a complaint.
+    # ... and collect reads the directory (its config sidecar skipped and counted) without a complaint.
     traj = tmp_path / "traj.arrow"
     r = cli(["collect", out.parent, "-o", traj, "--as-of", "2026-12-02T12:00:00Z", "--json", "-q"])
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
     n_samples = sum(e["type"] == "completion" for e in events)
     assert (got["samples_out"], got["quarantined"], got["held_back_samples"]) == (n_samples, 0, 0)
+    assert got["files"] == 1 and [s["file"] for s in got["skipped"]] == [str(out) + ".config.json"]
 
 
 @pytest.mark.docker
@@ -176,3 +184,39 @@ def test_events_stream_to_stdout_into_collect(cli, suite_dir, tmp_path, docker_c
     traj = tmp_path / "t.arrow"
     c = cli(["collect", "-", "-o", traj, "--json", "-q", "--as-of", "2026-12-02T00:00:00Z"], input=r.stdout.encode())
     assert c.exit_code == 0 and json.loads(c.stdout)["samples_out"] == 2
+
+
+@pytest.mark.docker
+def test_a_killed_simulate_leaves_no_temp_file_after_the_rerun(suite_dir, tmp_path, docker_client):
+    """kill -9 mid-log (the deterministic crash point after a session is written) leaves the
+    temp log; the rerun removes it (its writer is dead) and only it: a live writer's temp, a
+    dead writer's on another host and another output's temp stay."""
+    from rlcycle.sandbox import cleanup
+
+    out = tmp_path / "run" / "simulate" / "events.jsonl"
+    cmd = [sys.executable, "-m", "rlcycle", "simulate", "-p", "scripted:reference", "-t", str(suite_dir)]
+    cmd += ["-n", "4", "--sandboxes", "1", "--seed", "3", "-q", "-o", str(out)]
+    killed = subprocess.Popen(cmd, env=dict(os.environ, RLCYCLE_CRASH_AT="simulate:session-written"))
+    try:
+        assert killed.wait(timeout=300) == -signal.SIGKILL  # the crash point was reached
+        [left] = [p.name for p in out.parent.iterdir()]
+        assert left.startswith(".events.jsonl.") and left.endswith(".tmp") and not out.exists()
+        host = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())  # as temp names carry it
+        keep = [
+            f".events.jsonl.{host}-{os.getpid()}.abcdefgh.tmp",  # a live writer (this process)
+            f".events.jsonl.elsewhere-{killed.pid}.abcdefgh.tmp",  # another host's
+            f".other.jsonl.{host}-{killed.pid}.abcdefgh.tmp",  # another output's
+        ]
+        for name in keep:
+            (out.parent / name).write_text("")
+        rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stderr
+        assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".")) == sorted(keep)
+        sessions = {e["session_id"] for e in read_events(out)}
+        assert len(sessions) == 4
+    finally:
+        killed.kill()
+        mine = f":{killed.pid}"  # the killed run's workspace volumes: nobody else removes them
+        for x in cleanup.list_leftovers(docker_client):
+            if x.owner.endswith(mine):
+                cleanup.remove(docker_client, x.kind, x.name)

@@ -1,12 +1,14 @@
 """Packaging: the wheel and sdist build, and the installed wheel runs from an empty directory.
 
-The slow test builds both with `python -m build` (from a copy of the tree, so the checkout is
-not touched), installs the wheel with `pip --no-deps --no-index` into a fresh venv whose
+The slow tests build both with `python -m build` (from a copy of the tree, so the checkout is
+not touched), install the wheel with `pip --no-deps --no-index` into a fresh venv whose
 site-packages sees the dev venv's dependencies through a plain `.pth` line (no network, no torch
 reinstall; the dev venv's editable-install hook is *not* run, so the checkout stays invisible),
-then runs `rlcycle init-model` and `rlcycle cycle --until distill` with only the defaults, from
-an empty directory with no PYTHONPATH. The fast test checks that rlcycle/data/ is what
-scripts/gen_package_data.py makes of sample_data/.
+then, from an empty directory with no PYTHONPATH and a fresh RLCYCLE_HOME: `rlcycle init-model`
+and `rlcycle cycle --until distill` with only the defaults; and (with a Docker engine) `rlcycle
+sandbox build` from the packaged build context and the demo cycle to the end, sandboxes
+included. The fast test checks that rlcycle/data/ is what scripts/gen_package_data.py makes of
+sample_data/ and sandbox_images/.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ TREE = ("pyproject.toml", "README.md", "rlcycle")  # what a build needs
 DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "PYTHONSAFEPATH")
 
 
-def run(cmd: list[str | Path], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+def run(
+    cmd: list[str | Path], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """Run `cmd`; it must exit 0. `timeout` only stops a hung command: it is no speed check."""
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -109,6 +114,9 @@ def test_sdist_and_wheel_hold_the_package_data(dist):
         "rlcycle/data/rewards.toml",
         "rlcycle/data/events/events.jsonl",
         "rlcycle/data/tasks/calc/calc-decimals/task.toml",
+        "rlcycle/data/sandbox_images/Dockerfile",
+        "rlcycle/data/sandbox_images/build_base_offline.sh",
+        "rlcycle/sandbox/executor.py",
         "rlcycle/configs/demo.toml",
         "rlcycle/configs/cron.toml",
     ):
@@ -116,8 +124,8 @@ def test_sdist_and_wheel_hold_the_package_data(dist):
     assert not [n for n in names if n.startswith(("tests/", "sample_data/", "scripts/")) or "__pycache__" in n]
 
 
-@pytest.mark.slow
-def test_the_installed_wheel_runs_its_defaults_from_an_empty_directory(installed, tmp_path):
+def outside(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """An empty directory and the environment of a fresh shell there, with its own RLCYCLE_HOME."""
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
@@ -127,6 +135,12 @@ def test_the_installed_wheel_runs_its_defaults_from_an_empty_directory(installed
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
     )
+    return empty, env
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_runs_its_defaults_from_an_empty_directory(installed, tmp_path):
+    empty, env = outside(tmp_path)
     where = run(
         [
             installed / "python",
@@ -158,3 +172,27 @@ def test_the_installed_wheel_runs_its_defaults_from_an_empty_directory(installed
 
     examples = pl.read_ipc(next((empty / "runs" / "cycle" / "distill").glob("examples.arrow")))
     assert examples.height > 0
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_the_installed_wheel_builds_the_sandbox_and_runs_the_demo_cycle_to_the_end(installed, tmp_path, docker_client):
+    from rlcycle.sandbox.images import image_tag
+
+    empty, env = outside(tmp_path)
+    built = json.loads(run([installed / "rlcycle", "sandbox", "build", "--json"], cwd=empty, env=env).stdout)
+    # the packaged build context is the checkout's: the same content-hashed image
+    assert [b["image"] for b in built["images"]] == [image_tag()]
+    run_dir = empty / "runs" / "demo"
+    # The packaged demo config (rlcycle/configs/demo.toml: the demo's sizes and the empty-registry
+    # bootstrap). The whole demo (simulate, train, eval in sandboxes) takes minutes; a shared CPU
+    # box, more.
+    cmd = [installed / "rlcycle", "cycle", "--config", "demo", "--run-dir", run_dir, "--json", "-q"]
+    proc = run(cmd, cwd=empty, env=env, timeout=3600)
+    summary = json.loads(proc.stdout)
+    stages = {s["name"]: s["status"] for s in summary["stages"]}
+    assert stages == dict.fromkeys(("simulate", "collect", "distill", "train", "eval", "deploy"), "ran"), stages
+    assert summary["decision"] == "accept" and summary["deployed"]
+    for stage in stages:
+        assert (run_dir / stage / "manifest.json").is_file()
+    assert not [p for p in run_dir.rglob(".*") if p.name.endswith(".tmp")]

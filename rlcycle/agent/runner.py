@@ -73,8 +73,6 @@ from rlcycle.policy.base import Generation, SamplingParams
 from rlcycle.tasks.grade import GradeStatus, grade, prepare_workspace
 from rlcycle.tasks.suite import Task
 
-END_REASONS = ("finish", "ask_user", "max_turns", "max_tokens", "no_tool_call", "error")
-
 
 @dataclass
 class RunnerConfig:

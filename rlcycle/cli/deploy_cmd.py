@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
             "  rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json\n\n"
             "  rlcycle deploy ckpt/ --verdict verdict.json --canary 0.05 --hook 'systemctl reload my-server'\n\n"
             "  rlcycle deploy ckpt/ --verdict verdict.json --hook http://127.0.0.1:8080/v1/rlcycle/reload "
-            "--hook-api-key-env RLCYCLE_GATEWAY_KEY\n\n"
+            "--hook-api-key-env RLCYCLE_GATEWAY_API_KEY\n\n"
             "  rlcycle deploy ckpt/ --verdict verdict.json "
             "--hook 'python -m rlcycle.deploy.vllm --url http://127.0.0.1:8000'   # docs/vllm.md"
         ),

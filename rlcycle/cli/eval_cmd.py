@@ -88,5 +88,5 @@ def register(app: typer.Typer) -> None:
         if result.decision == "no_verdict":
             raise RlcycleError(
                 f"no verdict: {result.verdict.get('reason')}",
-                hint="check sandbox health (`rlcycle sandbox ls`) and rerun",
+                hint=result.verdict.get("hint") or "check sandbox health (`rlcycle sandbox ls`) and rerun",
             )

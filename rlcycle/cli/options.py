@@ -2,7 +2,7 @@
 
 In: a command's config section and wording. Out: typer option declarations for `--config`,
 `--set`, `--json`, `--quiet`/`-q` and `-o/--out`, spelled, defaulted and documented alike in
-every command; `emit_json()` prints the `--json` object where CONVENTIONS.md §10 says it goes;
+every command; `emit_json()` prints the `--json` object where docs/design.md ("Conventions") says it goes;
 `home()`/`registry_dir()`: the one place that reads $RLCYCLE_HOME (the CLI's default home; the
 libraries below take the home or registry directory as an argument).
 

@@ -93,9 +93,7 @@ def register(app: typer.Typer) -> None:
         )
         result = stage.run(cfg, policy, tasks, out, quiet=quiet, registry=opt.registry_dir())
         if out != "-":
-            # A dot file, so `rlcycle collect DIR` does not read it as an events log.
-            p = Path(out)
-            save_resolved(cfg, p.parent / f".{p.name}.config.json")
+            save_resolved(cfg, f"{out}.config.json")  # as collect and distill; `collect DIR` skips it
         if as_json:
             opt.emit_json(result.as_dict(), out)
         if not quiet:

@@ -35,7 +35,7 @@ TOO_DEEP = "nested too deeply (arrays/objects more than about 1,000 levels deep)
 
 
 def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]:
-    first = _first_line(stream)
+    first = first_line(stream)
     if first is not None and _is_otel(first):
         yield from read_otel(stream.read(), name)
         return
@@ -82,7 +82,7 @@ def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]
         yield chunk
 
 
-def _first_line(stream: Any) -> bytes | None:
+def first_line(stream: Any) -> bytes | None:
     """The first non-blank line, or None when the input is a pretty-printed JSON document.
 
     A malformed first line is still returned: the file is JSON lines with a bad line 1.

@@ -127,10 +127,3 @@ def redact_texts(texts: list[str | None], patterns: tuple[Pattern, ...], counts:
     if not patterns or not texts:
         return list(texts)
     return redact_series(pl.Series(texts, dtype=pl.String), patterns, counts).to_list()
-
-
-def redact_text(text: str | None, patterns: tuple[Pattern, ...], counts: Counter) -> str | None:
-    """Redact one string (error messages); prefer `redact_texts` for many."""
-    if not text:
-        return text
-    return redact_texts([text], patterns, counts)[0]

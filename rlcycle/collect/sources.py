@@ -1,9 +1,21 @@
 """Finding collect's inputs and dispatching each to the reader of its format.
 
-In: paths (files, directories, globs) or `-`. `expand_inputs` turns them into a list of files;
-`read_source` sniffs each one (gzip, JSON lines, OTLP/JSON, Arrow IPC file or stream, Parquet)
-and yields the `Chunk`s of the matching reader. Nothing is dropped silently: every input line
-becomes either a row or a quarantine record.
+In: paths (files, directories, globs) or `-`. `expand_inputs` turns them into `Inputs`: the
+files to read, and the files passed over with the reason; `read_source` sniffs each one (gzip,
+JSON lines, OTLP/JSON, Arrow IPC file or stream, Parquet) and yields the `Chunk`s of the
+matching reader. Nothing is dropped silently: every input line becomes either a row or a
+quarantine record, and every file passed over is counted and named in the result.
+
+Which files are passed over. A directory (or a glob) is a listing, and a run directory holds
+more than event logs, so a listed file is skipped when it is not an event log
+- by name: hidden (dot) files and anything under a dot directory (writers' temp files), and the
+  files rlcycle writes beside its outputs (`SIDECARS`: `OUT.config.json`, `manifest.json`, ...);
+- by content (`not_events`): a JSON document that is not an OTLP/JSON export (e.g. `--json`
+  output saved there), JSON lines whose first record is an object with no event key, an
+  Arrow/Parquet table with no event column (e.g. collect's own trajectories.arrow), or a file
+  in none of the formats.
+A file named on its own is meant to be read: a sidecar name, or content the readers would take
+as all-bad records, is an error naming the file instead (the readers raise the rest).
 """
 
 from __future__ import annotations
@@ -11,47 +23,156 @@ from __future__ import annotations
 import glob
 import gzip
 import io
+import json
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
 from rlcycle import io as rio
 from rlcycle.collect.arrow import read_arrow
 from rlcycle.collect.events import Chunk, empty_events
-from rlcycle.collect.jsonl import read_jsonl
+from rlcycle.collect.jsonl import first_line, read_jsonl
 from rlcycle.errors import InputError
 
 BLOCK_BYTES = 32 << 20
 
 
-def expand_inputs(specs: list[str]) -> list[str]:
+# What rlcycle writes beside its outputs (by exact name, then by ending): never event logs.
+SIDECARS = {
+    "manifest.json": "a cycle stage's manifest",
+    "run.json": "a cycle run's run.json",
+    "verdict.json": "an eval verdict",
+    "reward_report.json": "distill's reward report",
+    ".config.json": "a resolved config saved beside an output (OUT.config.json)",
+    ".quarantine.jsonl": "collect's quarantine file",
+    ".tmp": "a writer's temp file",
+}
+# Keys (JSON) or columns (Arrow) every event has (collect's trajectories have neither).
+EVENT_KEYS = ("event_id", "type")
+
+
+@dataclass
+class Inputs:
+    """What `expand_inputs` found: files to read, in order, and files passed over by name."""
+
+    files: list[str]
+    listed: set[str] = field(default_factory=set)  # found in a directory or by a glob, not named
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {"file", "reason"}
+
+
+def sidecar(path: str) -> str | None:
+    """What rlcycle file `path` is by its name, or None when the name says nothing."""
+    name = os.path.basename(path)
+    return SIDECARS.get(name) or next(
+        (what for end, what in SIDECARS.items() if end.startswith(".") and name.endswith(end)), None
+    )
+
+
+def expand_inputs(specs: list[str]) -> Inputs:
     """Files for the given files, directories (recursively, sorted) and globs; `-` kept."""
-    files: list[str] = []
+    found = Inputs([])
     problems = []
     for spec in specs:
         if spec == rio.STDIO:
-            files.append(spec)
+            found.files.append(spec)
         elif os.path.isdir(spec):
-            found = sorted(str(p) for p in Path(spec).rglob("*") if p.is_file() and not p.name.startswith("."))
-            if not found:
+            files = sorted(str(p) for p in Path(spec).rglob("*") if p.is_file())
+            if not files:
                 problems.append(f"{spec}: directory holds no files")
-            files.extend(found)
+            for f in files:
+                if any(part.startswith(".") for part in Path(f).relative_to(spec).parts):
+                    found.skipped.append({"file": f, "reason": "hidden (a dot file or under a dot directory)"})
+                else:
+                    _add_listed(found, f)
         elif os.path.exists(spec):
-            files.append(spec)
+            what = sidecar(spec)
+            if what and not os.path.isdir(spec):
+                problems.append(f"{spec}: not an event log ({what})")
+            found.files.append(spec)
         elif glob.has_magic(spec):
-            found = sorted(p for p in glob.glob(spec, recursive=True) if os.path.isfile(p))
-            if not found:
+            files = sorted(p for p in glob.glob(spec, recursive=True) if os.path.isfile(p))
+            if not files:
                 problems.append(f"{spec}: glob matches no files")
-            files.extend(found)
+            for f in files:
+                _add_listed(found, f)
         else:
             problems.append(f"{spec}: no such file or directory")
     if problems:
         raise InputError("; ".join(problems), hint="pass event logs as files, directories, globs or -")
     # The same file named twice would count every event as a duplicate; read it once.
     seen: set[str] = set()
-    return [f for f in files if f == rio.STDIO or not (f in seen or seen.add(f))]
+    found.files = [f for f in found.files if f == rio.STDIO or not (f in seen or seen.add(f))]
+    return found
+
+
+def _add_listed(found: Inputs, path: str) -> None:
+    what = sidecar(path)
+    if what:
+        found.skipped.append({"file": path, "reason": what})
+    else:
+        found.files.append(path)
+        found.listed.add(path)
+
+
+def not_events(path: str) -> tuple[str, bool] | None:
+    """Why the file at `path` holds no events by its first bytes, records or schema, or None.
+
+    The flag says whether the readers refuse it anyway (a JSON document, an unknown format);
+    otherwise they would read it as records that are all bad. Damaged files (a malformed first
+    line, a cut Arrow file) are event logs: their reader quarantines what it cannot read."""
+    with open(path, "rb") as raw:
+        stream = _buffered(raw)
+        fmt = rio.sniff(_peek(stream, 8))
+        gzipped = fmt is rio.Format.GZIP
+        if gzipped:
+            stream = _buffered(gzip.GzipFile(fileobj=stream))
+            fmt = rio.sniff(_peek(stream, 8))
+        if fmt is rio.Format.JSON:
+            return _json_not_events(stream)
+        if fmt in (rio.Format.ARROW_FILE, rio.Format.ARROW_STREAM, rio.Format.PARQUET):
+            try:
+                names = _arrow_columns(path, stream, fmt, gzipped)
+            except (pa.ArrowInvalid, OSError):
+                return None
+            if not any(k in names for k in EVENT_KEYS):
+                return f"an Arrow/Parquet table with none of the event columns {', '.join(EVENT_KEYS)}", False
+            return None
+        if fmt is rio.Format.UNKNOWN:
+            return "not JSON lines, Arrow, Parquet or OTel JSON", True
+    return None
+
+
+def _json_not_events(stream: Any) -> tuple[str, bool] | None:
+    probe = _peek(stream, 1 << 20)
+    if b'"resourceSpans"' in probe:
+        return None  # OTLP/JSON: otel.py reads it
+    line = first_line(stream)
+    if line is None:
+        return "a JSON document that is not an OTLP/JSON trace export", True
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return None  # a bad first line of an event log: quarantined by the reader
+    if isinstance(obj, dict) and not any(k in obj for k in EVENT_KEYS):
+        return f"its first record is a JSON object with none of the event keys {', '.join(EVENT_KEYS)}", False
+    return None
+
+
+def _arrow_columns(path: str, stream: Any, fmt: rio.Format, gzipped: bool) -> list[str]:
+    """The column names, reading no more than the schema (a Parquet footer, or the first IPC
+    message: an Arrow file's body after its 8-byte magic is a stream, so a cut file works too)."""
+    if fmt is rio.Format.PARQUET:
+        return pq.read_schema(pa.BufferReader(stream.read()) if gzipped else path).names
+    if fmt is rio.Format.ARROW_FILE:
+        stream.read(8)
+    return ipc.open_stream(stream).schema.names
 
 
 def read_source(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Chunk]:

@@ -4,7 +4,8 @@ In:  event logs — files, directories, globs or `-` — as JSON lines (optional
      Parquet or OpenTelemetry GenAI spans (OTLP/JSON); see docs/design.md "Events".
 Out: `trajectories.arrow` (the `trajectories` contract), bad records in
      `<output>.quarantine.jsonl` (file, line, reason, redacted record), and a `CollectResult`
-     with every count (in, duplicates, quarantined, joined, held back, orphans, redactions).
+     with every count (in, duplicates, quarantined, joined, held back, orphans, redactions, and
+     the files of a directory passed over as not event logs: `skipped_files`, sources.py).
 
     rlcycle collect sample_data/events -o runs/demo/trajectories.arrow
 
@@ -52,7 +53,7 @@ from rlcycle import io as rio
 from rlcycle.collect import join, redact
 from rlcycle.collect.events import BadRecord, Chunk
 from rlcycle.collect.join import SESSION_HASH
-from rlcycle.collect.sources import expand_inputs, read_source
+from rlcycle.collect.sources import expand_inputs, not_events, read_source
 from rlcycle.config import cfg, check_range
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
@@ -98,6 +99,7 @@ class CollectResult:
     output: str
     quarantine: str | None
     files: int = 0
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {"file", "reason"}: not event logs
     bytes_read: int = 0
     lines_read: int = 0
     events_in: int = 0
@@ -122,6 +124,8 @@ class CollectResult:
             "output": self.output,
             "quarantine": self.quarantine,
             "files": self.files,
+            "skipped_files": len(self.skipped),
+            "skipped": self.skipped,
             "bytes_read": self.bytes_read,
             "lines_read": self.lines_read,
             "events_in": self.events_in,
@@ -168,12 +172,13 @@ def run(
 ) -> CollectResult:
     """Collect `inputs` into trajectories at `out` (path or `-`); see the module docstring."""
     started = time.monotonic()
-    files = expand_inputs(inputs)
-    if files.count(rio.STDIO) > 1:
+    found = expand_inputs(inputs)
+    if found.files.count(rio.STDIO) > 1:
         raise InputError("stdin (-) given more than once")
     rio.format_for_output(out)  # reject a bad extension before reading anything
     qpath = quarantine or default_quarantine_path(out)
-    result = CollectResult(output=out, quarantine=None, files=len(files))
+    files, skipped = _event_logs(found)
+    result = CollectResult(output=out, quarantine=None, files=len(files), skipped=skipped)
     patterns = redact.patterns_with(config.secret_patterns) if config.redact else ()
     sizes = [os.path.getsize(f) for f in files if f != rio.STDIO]
     n_parts = max(1, math.ceil(sum(sizes) / config.bucket_bytes))
@@ -194,8 +199,9 @@ def run(
                     progress.update(events=result.events_in, quarantined=result.quarantined)
             parts.close()
             if result.events_in == 0 and result.quarantined == 0:
+                passed = f" ({len(skipped)} file(s) skipped as not event logs)" if skipped else ""
                 raise InputError(
-                    f"no events in {', '.join(inputs)}: the input is empty",
+                    f"no events in {', '.join(inputs)}: the input is empty{passed}",
                     hint="point collect at production event logs (JSON lines, Arrow, Parquet, OTel)",
                 )
             _join_all(config, parts, out, result, patterns, progress)
@@ -206,6 +212,27 @@ def run(
     result.quarantine = qpath if qwriter.count else None
     result.seconds = time.monotonic() - started
     return result
+
+
+def _event_logs(found) -> tuple[list[str], list[dict[str, str]]]:
+    """The files to read and those passed over (see sources.py): a listed file that is not an
+    event log by its content is skipped; a named one is an error."""
+    files, skipped = [], list(found.skipped)
+    for path in found.files:
+        listed = path in found.listed
+        why = not_events(path) if path != rio.STDIO else None
+        if why is None:
+            files.append(path)
+        elif listed:
+            skipped.append({"file": path, "reason": why[0]})
+        elif not why[1]:  # named on its own: the readers would take it as all-bad records
+            raise InputError(
+                f"{path}: not an event log ({why[0]})",
+                hint="pass event logs (JSON lines with event_id/type/session_id/ts, Arrow, Parquet, OTel)",
+            )
+        else:
+            files.append(path)  # its reader raises the precise error
+    return files, sorted(skipped, key=lambda s: s["file"])
 
 
 def _take_chunk(chunk: Chunk, result: CollectResult, parts: Partitioner, qwriter, patterns, strict) -> None:
@@ -367,6 +394,12 @@ def format_summary(r: CollectResult) -> str:
         f"  filtered out   {r.filtered_samples:,} samples (policy version / time window)",
         f"  quarantined    {r.quarantined:,}" + (f" -> {r.quarantine}" if r.quarantine else ""),
     ]
+    if r.skipped:
+        lines.append(f"  skipped        {len(r.skipped):,} file(s) that are not event logs:")
+        for s in r.skipped[:8]:
+            lines.append(f"    {s['file']}: {s['reason']}")
+        if len(r.skipped) > 8:
+            lines.append(f"    ... and {len(r.skipped) - 8:,} more (--json lists them all)")
     for reason, n in r.quarantine_reasons.most_common(8):
         lines.append(f"    {n:>8,}  {reason}")
     if r.orphans:

@@ -31,7 +31,6 @@ from typing import Any
 
 from rlcycle.config import cfg, check_range
 from rlcycle.deploy.hooks import call_hook
-from rlcycle.digest import same_checkpoint
 from rlcycle.errors import EXIT_GATE_REFUSED, InputError, RlcycleError
 from rlcycle.policy.registry import Entry, Registry, actor
 from rlcycle.stage import Outcome, RunLayout, StageContext, checkpoint_key
@@ -117,7 +116,7 @@ def _check_verdict(verdict: dict[str, Any] | None, path, cid: str, force: bool) 
             exit_code=EXIT_GATE_REFUSED,
         )
     named = verdict.get("candidate_id")
-    if named and not same_checkpoint(named, cid):  # an older registry may store it as `sha256-`
+    if named and named != cid:
         raise InputError(
             f"verdict {path} is for checkpoint {named}, not {cid}",
             hint="deploy the checkpoint that was evaluated",

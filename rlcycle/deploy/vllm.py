@@ -405,8 +405,8 @@ def _checkpoint(args: argparse.Namespace) -> tuple[Path, str]:
 
 
 def _short(cid: str) -> str:
-    """First 12 hex digits of a checkpoint id (`sha256-...`, `sha256:...` or bare hex)."""
-    return cid.split(":")[-1].split("-")[-1][:12]
+    """First 12 hex digits of a checkpoint id (`sha256:...` or bare hex)."""
+    return cid.split(":")[-1][:12]
 
 
 def _parent(listed: list[dict[str, Any]], name: str) -> str | None:

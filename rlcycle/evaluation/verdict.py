@@ -131,6 +131,23 @@ def _gate(name: str, metric: str, value: float, threshold: float, ok: bool, deta
     }
 
 
+def _no_verdict_cause(results: pl.DataFrame, paired: int, need: int) -> tuple[str, str]:
+    """Why fewer than `need` tasks paired, and the fix: a suite too small to pair `need` tasks
+    even with every episode clean is a config problem, not a sandbox one."""
+    suite = results["task_id"].n_unique() if results.height else 0
+    errors = int((results["status"] == "error").sum()) if results.height else 0
+    if suite < need:
+        return (
+            f"{paired} paired task(s) < min_paired_tasks={need}: the suite has {suite} task(s)",
+            "lower eval.min_paired_tasks (--set min_paired_tasks=N) or use a bigger suite (or a larger max_tasks)",
+        )
+    return (
+        f"only {paired} task(s) ran cleanly under both policies (need min_paired_tasks={need}; "
+        f"{errors} episode(s) of {suite} task(s) ended in a sandbox error)",
+        "check sandbox health (`rlcycle sandbox ls`) and rerun, or raise attempts/retries",
+    )
+
+
 def decide(results: pl.DataFrame, candidate: str, baseline: str, gates: GateConfig) -> dict[str, Any]:
     """The verdict for `candidate` vs `baseline` over an eval_results table."""
     cand = policy_metrics(results.filter(pl.col("policy") == candidate), gates.k)
@@ -146,7 +163,7 @@ def decide(results: pl.DataFrame, candidate: str, baseline: str, gates: GateConf
     }
     if len(diffs) < gates.min_paired_tasks:
         verdict["decision"] = "no_verdict"
-        verdict["reason"] = f"only {len(diffs)} task(s) ran cleanly under both policies (need {gates.min_paired_tasks})"
+        verdict["reason"], verdict["hint"] = _no_verdict_cause(results, len(diffs), gates.min_paired_tasks)
         return verdict
     ci = stats.paired_cluster_bootstrap(diffs, clusters, gates.bootstrap_samples, gates.level, gates.seed)
     mc = stats.mcnemar_exact(pairs)

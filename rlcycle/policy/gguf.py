@@ -186,7 +186,7 @@ def load_gguf(path: str | Path) -> tuple[Any, Any, dict[str, str]]:
 @contextmanager
 def _quiet_gguf_progress() -> Iterator[None]:
     """transformers' GGUF reader draws a raw tqdm bar (not behind disable_progress_bar); keep
-    stderr to plain lines unless it is a terminal (CONVENTIONS 10)."""
+    stderr to plain lines unless it is a terminal (docs/design.md, "Conventions every command follows")."""
     from functools import partial
 
     from transformers import modeling_gguf_pytorch_utils as mod

@@ -21,9 +21,7 @@ holding `.lock`: temps are only made by `add`, which runs under that lock, and t
 a dead holder's lock, so a temp seen while we hold the lock has no live writer.
 
 A checkpoint's id is `rlcycle.json`'s `id` when present (train writes a content hash there),
-else `sha256:` + the sha256 of its files (names and bytes, sorted; `rlcycle.digest`). Registries
-written before that named such checkpoints `sha256-` + 32 hex: those entries still resolve by
-that name, by the new id of the same content, and `add` of the same content finds them.
+else `sha256:` + the sha256 of its files (names and bytes, sorted; `rlcycle.digest`).
 """
 
 from __future__ import annotations
@@ -147,10 +145,9 @@ class Registry:
         )
 
     def stored_id(self, cid: str) -> str | None:
-        """The name `cid` is stored under: itself, or the old `sha256-` spelling of it."""
-        for name in (cid, digest.legacy_id(cid)):
-            if name and not name.startswith(".") and "/" not in name and (self.ckpts / name).is_dir():
-                return name
+        """`cid` when a checkpoint is stored under it (never a dot-entry or a path), else None."""
+        if cid and not cid.startswith(".") and "/" not in cid and (self.ckpts / cid).is_dir():
+            return cid
         return None
 
     def checkpoints(self) -> list[dict[str, Any]]:
@@ -193,9 +190,8 @@ class Registry:
         if not any(src.glob("config.json")):
             raise InputError(f"{src}: no config.json — not an HF checkpoint", hint="pass the directory train wrote")
         cid = checkpoint_id(src)
-        stored = self.stored_id(cid)  # an older registry may hold it under its `sha256-` id
-        if stored is not None:
-            return stored
+        if self.stored_id(cid) is not None:
+            return cid
         with rio.atomic_dir(self.ckpts / cid) as tmp:
             shutil.copytree(src, tmp, dirs_exist_ok=True, copy_function=_copy_file)
             crash_point("copied")

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCRIPTED = ("scripted:reference", "scripted:nothing", "scripted:clarify")
-
 
 @dataclass
 class ResolvedPolicy:

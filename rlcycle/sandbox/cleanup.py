@@ -32,6 +32,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rlcycle.io import pid_alive
+
 LABEL_OWNER = "rlcycle.owner"
 LABEL_RUN = "rlcycle.run"
 LABEL_EXPIRES = "rlcycle.expires"
@@ -167,15 +169,7 @@ def owner_alive(owner_label: str) -> bool:
     """True when the owner is a live process on this host (its resources are in use)."""
     who, _, pid = owner_label.rpartition(":")
     host = who.partition("@")[2]
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return host == socket.gethostname() and pid.isdigit() and pid_alive(int(pid))
 
 
 def gc(client: Any, everything: bool = False, dry_run: bool = False) -> list[Leftover]:

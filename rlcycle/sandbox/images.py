@@ -1,9 +1,11 @@
-"""The sandbox image: built from sandbox_images/, tagged by the hash of its build context.
+"""The sandbox image: built from the packaged sandbox_images/, tagged by the hash of its build context.
 
     tag = ensure_image()          # "rlcycle-sandbox:<16 hex>", built only when missing
 
 The build context is `sandbox_images/Dockerfile` plus the executor (rlcycle/sandbox/
-executor.py); its content hash, together with the requested base image, is the tag. So an
+executor.py), read from the package (`rlcycle/data/sandbox_images/`, a copy of the checkout's
+`sandbox_images/` made by scripts/gen_package_data.py), so a wheel builds the same image as a
+checkout; its content hash, together with the requested base image, is the tag. So an
 unchanged context is never rebuilt, and a changed executor can never run on a stale image.
 
 The Dockerfile starts `FROM ${BASE}` (default python:3.12-slim). When that base cannot be
@@ -21,23 +23,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlcycle import resources
 from rlcycle.errors import RlcycleError
 from rlcycle.sandbox.config import SandboxConfig
 
 IMAGE_REPO = "rlcycle-sandbox"
 BASE_REPO = "rlcycle-sandbox-base"
-IMAGES_DIR = Path(__file__).resolve().parents[2] / "sandbox_images"
 EXECUTOR = Path(__file__).resolve().parent / "executor.py"
 OFFLINE_SCRIPT = "build_base_offline.sh"
 
 
 def context_files() -> dict[str, bytes]:
     """The build context as {relative path: content}: the Dockerfile and the executor."""
-    dockerfile = IMAGES_DIR / "Dockerfile"
+    dockerfile = resources.sandbox_images() / "Dockerfile"
     if not dockerfile.is_file():
         raise RlcycleError(
             f"the sandbox Dockerfile is missing: {dockerfile} does not exist",
-            hint="run from a checkout of rlcycle (sandbox_images/ ships with the source)",
+            hint="reinstall rlcycle (pip install --force-reinstall rlcycle); in a checkout run scripts/gen_package_data.py",
         )
     return {"Dockerfile": dockerfile.read_bytes(), "executor.py": EXECUTOR.read_bytes()}
 
@@ -58,7 +60,7 @@ def image_tag(config: SandboxConfig | None = None) -> str:
 
 def offline_base_tag() -> str:
     """Tag of the debootstrapped base: the hash of the script that makes it."""
-    script = (IMAGES_DIR / OFFLINE_SCRIPT).read_bytes()
+    script = (resources.sandbox_images() / OFFLINE_SCRIPT).read_bytes()
     return f"{BASE_REPO}:{_digest({OFFLINE_SCRIPT: script})}"
 
 
@@ -156,7 +158,7 @@ def _try_pull(client: Any, image: str) -> str | None:
 
 def build_offline_base(tag: str, log: Callable[[str], None]) -> None:
     """Run build_base_offline.sh (debootstrap + docker import) to make `tag`."""
-    script = IMAGES_DIR / OFFLINE_SCRIPT
+    script = resources.sandbox_images() / OFFLINE_SCRIPT
     if shutil.which("docker") is None:
         raise RlcycleError(
             "building the offline sandbox base needs the `docker` command line",

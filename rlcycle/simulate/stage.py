@@ -51,6 +51,7 @@ from rlcycle.agent.user import UserConfig
 from rlcycle.config import cfg, check_range, validate_all
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
+from rlcycle.faults import crash_point
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
@@ -232,6 +233,7 @@ class _OrderedWriter:
             self.events += len(ready.events)
             ready.events = []  # written: free the token lists
             self.next += 1
+            crash_point("simulate:session-written")  # fault injection: a kill -9 mid-log
 
 
 @contextmanager

@@ -7,8 +7,7 @@ byte for byte from the base, and `rlcycle.json`:
     id        content hash of the weights: "sha256:" + sha256 over the *.safetensors files,
               in name order (for one model.safetensors: its sha256, as init-model writes)
     parent    the base's id: its rlcycle.json id, else the registry's hash of its files
-    lineage   the ids from the first ancestor to this one (the policy-version order staleness uses;
-              an ancestor may carry an older `sha256-` id, see rlcycle.digest)
+    lineage   the ids from the first ancestor to this one (the policy-version order staleness uses)
     data      [{path, sha256}] of the examples files
     config    the resolved TrainConfig
     metrics   the run's summary
@@ -110,7 +109,7 @@ def read_base(base: str | Path) -> BaseInfo:
             raise InputError(f"{p / RLCYCLE_JSON}: not JSON ({e})") from None
     base_id = checkpoint_id(p)
     lineage = [str(v) for v in meta.get("lineage") or []] or [base_id]
-    if not digest.same_checkpoint(lineage[-1], base_id):  # also an old `sha256-` id of the base
+    if lineage[-1] != base_id:
         lineage.append(base_id)
     config = json.loads((p / "config.json").read_text())
     dtype = config.get("dtype") or config.get("torch_dtype")
@@ -163,7 +162,7 @@ def write_checkpoint(
         for f in tmp.rglob("*"):  # temp-file helpers create 0600 files; a checkpoint is shared
             f.chmod(0o755 if f.is_dir() else 0o644)
         ckpt_id = content_id(tmp)
-        lineage = list(base.lineage) + ([] if digest.same_checkpoint(ckpt_id, base.lineage[-1]) else [ckpt_id])
+        lineage = list(base.lineage) + ([] if ckpt_id == base.lineage[-1] else [ckpt_id])
         doc = {
             "format": FORMAT,
             "id": ckpt_id,

@@ -28,7 +28,7 @@ Staleness rule: the known versions, oldest first, are `policy_versions` from the
 given, else the base checkpoint's rlcycle.json `lineage` (ids, oldest first, ending with the
 base's own id), else just the base's id. A row's lag is (index of the newest) - (index of its
 version); a version matches an entry exactly or as a prefix of at least 8 characters (short
-checkpoint ids), an old `sha256-` id counting as the `sha256:` id it abbreviates (rlcycle.digest).
+checkpoint ids).
 `max_policy_lag = none` (or -1) skips the check and the version lookup.
 
 Scheduling (`Schedule`): each epoch's row order is a permutation drawn from (seed, epoch), the
@@ -64,7 +64,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlcycle import io as rio
-from rlcycle.digest import version_key
 from rlcycle.errors import InputError
 from rlcycle.train.config import TrainConfig
 from rlcycle.train.prefix import SharedPass, padded_pass, shared_passes
@@ -311,9 +310,6 @@ def version_index(version: str | None, known: list[str]) -> int | None:
     """Index of `version` in `known` (exact, else a unique prefix of >= 8 characters)."""
     if not version:
         return None
-    if version in known:
-        return len(known) - 1 - known[::-1].index(version)
-    version, known = version_key(version), [version_key(k) for k in known]
     if version in known:
         return len(known) - 1 - known[::-1].index(version)
     if len(version) >= MIN_VERSION_PREFIX:
