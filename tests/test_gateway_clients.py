@@ -128,7 +128,7 @@ def _venv(name: str) -> Path:
 def served(world, tmp_path_factory):  # noqa: F811
     from rlcycle.policy.serve import PolicyServer, ServeConfig
 
-    server = PolicyServer(Scripted(str(world["model"])), ServeConfig(port=0)).start()
+    server = PolicyServer(Scripted(str(world["model"])), ServeConfig(port=0, root=str(world["model"]))).start()
     yield server
     server.close()
 

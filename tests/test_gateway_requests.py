@@ -57,7 +57,9 @@ def scripted(world):  # noqa: F811
     from rlcycle.agent.scripted import ReplayPolicy
     from rlcycle.policy.serve import PolicyServer, ServeConfig
 
-    server = PolicyServer(ReplayPolicy(str(world["model"]), SCRIPT), ServeConfig(port=0)).start()
+    server = PolicyServer(
+        ReplayPolicy(str(world["model"]), SCRIPT), ServeConfig(port=0, root=str(world["model"]))
+    ).start()
     running = _start(world, world["root"] / "logs-scripted", upstream=server.url)
     yield running
     running.close()

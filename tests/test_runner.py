@@ -105,7 +105,7 @@ OUTPUTS = [
 ]
 
 
-def expected_events(tok, task: Task, session: str) -> list[dict]:
+def expected_events(tok, task: Task, session: str, pair_key: str) -> list[dict]:
     """The events of REPLAY, built independently of the runner: each prompt is a *full*
     render of the conversation so far (the runner extends its prompts incrementally)."""
     renderer = ChatRenderer(tok)
@@ -139,6 +139,7 @@ def expected_events(tok, task: Task, session: str) -> list[dict]:
                 ],
                 "temperature": 0.7,
                 "max_new_tokens": RunnerConfig().max_new_tokens,
+                "pair_key": pair_key,  # the same session across runs: s{seed}-{task}-a{attempt}
                 "loss_mask": [1] * len(ids),
             }
         )
@@ -196,7 +197,7 @@ def test_a_replayed_trajectory_gives_exactly_the_expected_events(tok, suite, poo
             "lines_surviving": 1,
         },
     ]
-    assert scrub(r.events) == expected_events(tok, task, session) + late
+    assert scrub(r.events) == expected_events(tok, task, session, f"s0-{task.id}-a0") + late
     delay = r.events[-1]["observed_after_s"]
     # Time: RFC 3339, never backwards within the session; the outcome comes hours later.
     ts = [parse_time_ms(e["ts"]) for e in r.events]

@@ -10,6 +10,7 @@ deploy hook through vLLM's runtime LoRA API, and served through `rlcycle gateway
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -22,7 +23,7 @@ from train_data import make_rows, write_examples
 from rlcycle.policy.base import SamplingParams
 from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 from rlcycle.policy.http import HTTPPolicy
-from rlcycle.policy.registry import Registry, checkpoint_id
+from rlcycle.policy.registry import checkpoint_id
 from rlcycle.policy.served import adapter_name
 
 pytest.importorskip("peft")
@@ -69,14 +70,19 @@ def test_vllm_serves_what_rlcycle_needs(vllm):
 def lora_ckpt(vllm, tmp_path_factory):
     """A LoRA checkpoint trained from the served base by train's stage (merged + OUT/adapter)."""
     from rlcycle.train import stage
-    from rlcycle.train.config import TrainConfig
+    from rlcycle.train.config import LoraConfig, TrainConfig
 
     root = tmp_path_factory.mktemp("vllm-lora")
     ex = write_examples(root / "ex.arrow", vllm.base, make_rows(8, seed=1), versions=[checkpoint_id(vllm.base)] * 8)
     cfg = TrainConfig(
-        lr=5e-2, batch_size=8, micro_batch_tokens=64, max_seq_len=64, save_every=0, epochs=3,
-        lora={"r": 8, "target_modules": "q_proj,v_proj"},
-    )  # fmt: skip
+        lr=5e-2,
+        batch_size=8,
+        micro_batch_tokens=64,
+        max_seq_len=64,
+        save_every=0,
+        epochs=3,
+        lora=LoraConfig(r=8, target_modules=["q_proj", "v_proj"]),
+    )
     stage.run(cfg, str(ex), vllm.base, root / "v1", quiet=True)
     return root / "v1"
 
@@ -118,7 +124,7 @@ def test_after_a_deploy_the_gateway_logs_the_new_adapters_logprobs(vllm, lora_ck
     assert cli(["registry", "add", str(vllm.base), "--alias", "production"]).exit_code == 0
     running = start(
         GatewayConfig(
-            registry=str(Registry().root),
+            registry=os.path.join(os.environ["RLCYCLE_HOME"], "registry"),  # the cli fixture's home
             log_dir=str(tmp_path / "logs"),
             port=0,
             upstream=vllm.url,
