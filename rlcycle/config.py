@@ -202,13 +202,18 @@ def resolve(
         obj = _build(cls, None, values)
     except TypeError as e:  # a field without a default that no layer set
         raise InputError(f"{cls.__name__}: {e}", hint="set every required key") from None
+    ensure_valid(obj)
+    return obj
+
+
+def ensure_valid(obj: Any) -> None:
+    """Raise InputError listing every problem of `validate_all(obj)` (none: return)."""
     found = validate_all(obj)
     if found:
         raise InputError(
-            f"{len(found)} problem(s) in the {cls.__name__}:\n  " + "\n  ".join(found),
+            f"{len(found)} problem(s) in the {type(obj).__name__}:\n  " + "\n  ".join(found),
             hint="fix the values above (defaults < --config < --set < flags)",
         )
-    return obj
 
 
 def validate_all(obj: Any, prefix: str = "") -> list[str]:

@@ -64,7 +64,7 @@ from rlcycle import console  # noqa: E402
 from rlcycle.cli import options as opt  # noqa: E402
 from rlcycle.config import resolve, save_resolved  # noqa: E402
 from rlcycle.cycle import Cycle, CycleConfig  # noqa: E402
-from rlcycle.errors import EXIT_GATE_REFUSED, EXIT_INTERRUPTED, InputError, RlcycleError  # noqa: E402
+from rlcycle.errors import EXIT_GATE_REFUSED, InputError, RlcycleError  # noqa: E402
 from rlcycle.stage import RunLayout  # noqa: E402
 
 # This experiment's cycle config under the user's (`rlcycle cycle --set` keys). Sized for minutes
@@ -416,38 +416,11 @@ def _log(msg: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the program with `argv` (None: sys.argv[1:]) and return its exit code, with the CLI's
-    conventions: `Error:`/`Hint:` on stderr, exit 2 for bad usage or config, 1 for a failure,
-    130 when interrupted."""
-    from rich.markup import escape
+    conventions (rlcycle.cli.run_app): `Error:`/`Hint:` on stderr, exit 2 for bad usage or
+    config, 1 for a failure, 130 when interrupted."""
+    from rlcycle.cli import run_app
 
-    usage_errors = tuple(t for t in (getattr(typer, "TyperException", None), _click_exception()) if t is not None)
-
-    try:
-        code = app(args=argv, prog_name="experiments/closed_loop/run.py", standalone_mode=False)
-    except RlcycleError as e:
-        console.err.print(f"[red]Error:[/red] {escape(e.message)}")
-        if e.hint:
-            console.err.print(f"[dim]Hint:[/dim] {escape(e.hint)}")
-        return e.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("Interrupted.\n")
-        return EXIT_INTERRUPTED
-    except typer.Exit as e:
-        return e.exit_code
-    except usage_errors as e:  # click's usage errors: the usage line and the error, exit 2
-        e.show()  # type: ignore[attr-defined]
-        return int(getattr(e, "exit_code", 2))
-    return code if isinstance(code, int) else 0
-
-
-def _click_exception() -> type[Exception] | None:
-    """click's exception base (typer 0.2x vendors click as typer._click; older typer uses click's)."""
-    try:
-        import click
-
-        return click.ClickException
-    except ImportError:
-        return None
+    return run_app(app, argv, "experiments/closed_loop/run.py")
 
 
 if __name__ == "__main__":

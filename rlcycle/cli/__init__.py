@@ -117,7 +117,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     exits 1 quietly; anything else `Error: unexpected ...`, exit 1. RLCYCLE_DEBUG=1 re-raises
     RlcycleErrors and unexpected errors for a traceback.
     """
-    code = _dispatch(argv)
+    return run_app(app, argv, "rlcycle")
+
+
+def run_app(program: typer.Typer, argv: Sequence[str] | None, prog_name: str) -> int:
+    """Run another typer program with the CLI's conventions (`run`'s exit codes and error
+    output): what a program built on rlcycle, like experiments/closed_loop/run.py, calls."""
+    code = _dispatch(program, argv, prog_name)
     try:
         sys.stdout.flush()  # a closed pipe shows here, not as a warning at interpreter exit
     except BrokenPipeError:
@@ -130,15 +136,15 @@ def main() -> None:
     sys.exit(run())
 
 
-def _dispatch(argv: Sequence[str] | None) -> int:
+def _dispatch(program: typer.Typer, argv: Sequence[str] | None, prog_name: str) -> int:
     debug = os.environ.get("RLCYCLE_DEBUG") == "1"
-    # Explicit arguments run as the `rlcycle` program; from sys.argv click names it as invoked
+    # Explicit arguments run as `prog_name`; from sys.argv click names it as invoked
     # (`rlcycle`, or `python -m rlcycle`).
-    where = {} if argv is None else {"args": [str(a) for a in argv], "prog_name": "rlcycle"}
+    where = {} if argv is None else {"args": [str(a) for a in argv], "prog_name": prog_name}
     try:
         # standalone_mode=False: click returns (not exits with) the code of typer.Exit, and
         # raises usage errors for us to print.
-        code = app(standalone_mode=False, **where)
+        code = program(standalone_mode=False, **where)
         return code if isinstance(code, int) else 0
     except RlcycleError as e:
         if debug:

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from rlcycle import io as rio
 from rlcycle.agent.runner import RunnerConfig
-from rlcycle.config import cfg, check_range, validate_all
+from rlcycle.config import cfg, check_range, ensure_valid
 from rlcycle.errors import InputError
 from rlcycle.evaluation.verdict import GateConfig, decide
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
@@ -122,12 +122,7 @@ def run(
 ) -> EvalResult:
     """Evaluate `candidate` against `baseline` on the suite `tasks_dir`: `out` (the episodes) and
     `verdict.json` beside it. `registry`: the registry directory aliases resolve in."""
-    problems = validate_all(config)
-    if problems:
-        raise InputError(
-            f"{len(problems)} problem(s) in the EvalConfig:\n  " + "\n  ".join(problems),
-            hint="fix the values above (defaults < --config < --set < flags)",
-        )
+    ensure_valid(config)
     started = time.monotonic()
     out = Path(out)
     if out.suffix not in (".arrow", ".parquet"):

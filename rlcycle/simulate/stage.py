@@ -48,7 +48,7 @@ from rlcycle.agent.runner import (
     summarize,
 )
 from rlcycle.agent.user import UserConfig
-from rlcycle.config import cfg, check_range, validate_all
+from rlcycle.config import cfg, check_range, ensure_valid
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
 from rlcycle.faults import crash_point
@@ -148,12 +148,7 @@ def run(
     `policy`: a Policy object or a reference string (see the module docstring); `tasks`: a
     suite directory or a list of Tasks; `out`: a .jsonl path or `-` (stdout); `registry`: the
     registry directory a policy alias resolves in."""
-    problems = validate_all(config)
-    if problems:
-        raise InputError(
-            f"{len(problems)} problem(s) in the SimulateConfig:\n  " + "\n  ".join(problems),
-            hint="fix the values above (defaults < --config < --set < flags)",
-        )
+    ensure_valid(config)
     started = time.monotonic()
     task_list = _load_tasks(tasks)
     spec, name, key = _policy_spec(policy, config, registry)
