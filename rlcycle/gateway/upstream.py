@@ -52,7 +52,7 @@ from rlcycle.policy.served import NotServed, load_hint
 FIRST_RETRY_S = 0.25  # the first probe after the upstream went down; doubles up to upstream_probe_s
 
 
-@dataclass
+@dataclass(eq=False)  # exceptions stay hashable (tracebacks keep them in sets)
 class Unavailable(Exception):
     """What a client gets instead of a completion: `status`, OpenAI's `code`, a message."""
 
