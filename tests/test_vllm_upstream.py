@@ -75,13 +75,14 @@ def _hook(url: str, ckpt: Path) -> None:
 
 
 def _gateway(url: str, logs: Path, home: Path, err: Path) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rlcycle", "gateway", "--port", "0", "--json", "--log-dir", str(logs)]
-        + ["--upstream", url, "--canary", "0.5", "--set", "flush_interval_s=0.1"],
-        stdout=subprocess.PIPE,
-        stderr=open(err, "wb"),  # a file: a full pipe would block the gateway
-        env=dict(os.environ, RLCYCLE_HOME=str(home)),
-    )
+    with open(err, "wb") as stderr:  # a file: a full pipe would block the gateway
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlcycle", "gateway", "--port", "0", "--json", "--log-dir", str(logs)]
+            + ["--upstream", url, "--canary", "0.5", "--set", "flush_interval_s=0.1"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=dict(os.environ, RLCYCLE_HOME=str(home)),
+        )
     line = proc.stdout.readline()
     if not line:
         raise AssertionError(f"the gateway did not start: {err.read_text()[-3000:]}")
