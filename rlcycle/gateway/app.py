@@ -3,7 +3,7 @@
 In: HTTP requests. Out: OpenAI-format responses with `X-Checkpoint-Id`, `X-Session-Id`,
 `X-Episode-Id`, `X-Sample-Id` and `X-Request-Id` headers; events appended to the `EventLog`.
 
-    GET  /health                  "ok" (no auth: for load balancers)
+    GET  /health                  "ok", or 503 with the upstream's state when it cannot serve (no auth)
     GET  /v1/models               the served alias and checkpoint
     POST /v1/chat/completions     chat completions (tools, tool_choice, stop, n, logprobs, stream)
     POST /v1/responses            the Responses API (input items, function tools, stream): responses.py
@@ -21,6 +21,10 @@ Refusals: every problem of a request is listed in one 400 (`error.problems`, an 
 OpenAI's shape; `error.param` is the first), unknown routes get 404 in the same shape, and each
 refused request is one stderr line (status, fields, User-Agent) and counted per status and per
 field in /v1/rlcycle/stats.
+
+Upstream failures (upstream.py): a request the upstream fails gets 502 `upstream_error`, one
+sent while it is down 503 `upstream_unavailable` (with Retry-After), one whose checkpoint it
+does not serve 503 `adapter_not_loaded`; all in OpenAI's error shape, none logged.
 
 Auth: with an api key set, every route but /health needs `Authorization: Bearer KEY`, compared
 with `hmac.compare_digest`. Bodies over `max_body_bytes` get 413.
@@ -52,6 +56,7 @@ from rlcycle.gateway.engine import Models
 from rlcycle.gateway.episodes import Episodes, key_session
 from rlcycle.gateway.finish import finish
 from rlcycle.gateway.logwriter import EventLog
+from rlcycle.gateway.upstream import Unavailable, retry_after
 
 LATE_TYPES = ("edit_outcome", "user_message", "feedback", "tool_result")
 MAX_ID_CHARS = 256
@@ -63,9 +68,10 @@ def _error(
     param: str | None = None,
     kind: str = "invalid_request_error",
     headers: dict[str, str] | None = None,
+    code: int | str | None = None,
 ) -> JSONResponse:
     return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": param, "code": status}},
+        {"error": {"message": message, "type": kind, "param": param, "code": status if code is None else code}},
         status_code=status,
         headers=headers,
     )
@@ -207,6 +213,7 @@ class Gateway:
         )
         engine = self.models.acquire(session)
         try:
+            engine.check()  # the upstream down, or this checkpoint not served there: 503 at once
             renderer = engine.renderer(req.tools)
             prompt = await asyncio.to_thread(chat.render_prompt, renderer, req, self.config.max_prompt_tokens)
             seeds = [None if req.params.seed is None else req.params.seed + i for i in range(req.n)]
@@ -362,6 +369,10 @@ class Gateway:
                 e.status_code, f"{e.detail}: {request.method} {request.url.path}{hint}", what, headers=e.headers
             )
 
+        @app.exception_handler(Unavailable)
+        async def unavailable(request: Request, e: Unavailable) -> Response:  # upstream.py
+            return _error(e.status, e.message, kind="server_error", code=e.code, headers=retry_after(e))
+
         @app.exception_handler(Exception)
         async def failed(request: Request, e: Exception) -> Response:  # the model or upstream failed
             status = 502 if self.config.upstream else 500
@@ -369,7 +380,12 @@ class Gateway:
 
         @app.get("/health")
         async def health() -> Response:
-            return PlainTextResponse("ok")
+            # "ok" while everything serves (unchanged for load balancers); with an upstream that
+            # is down or does not serve a checkpoint: 503 and what is wrong since when
+            watch = self.models.upstream
+            if watch is None or watch.healthy():
+                return PlainTextResponse("ok")
+            return JSONResponse({"status": "degraded", "upstream": watch.describe()}, status_code=503)
 
         @app.get("/v1/models")
         async def models() -> Response:
@@ -407,6 +423,7 @@ class Gateway:
                     "refused_by_status": dict(self.refused),
                     "refused_by_field": dict(self.refused_fields),
                     "models": self.models.describe(),
+                    "upstream": self.models.upstream.describe() if self.models.upstream else None,
                     "log": self.log.stats.as_dict() if self.log else None,
                 }
             )

@@ -25,6 +25,14 @@ class GatewayConfig:
         "and logprobs (vLLM, SGLang, `rlcycle serve`); none = in-process.",
     )
     upstream_api_key: str | None = cfg(None, help="Bearer token sent to the upstream.")
+    upstream_probe_s: float = cfg(
+        2.0,
+        help="With an upstream: GET its /v1/models this often while it is up (a dead upstream or an unloaded "
+        "adapter is noticed without traffic); while it is down, probes back off from 0.25 s to this.",
+    )
+    upstream_probe_timeout_s: float = cfg(
+        10.0, help="Seconds a probe of the upstream may take before it counts as down."
+    )
     registry: str | None = cfg(None, help="Registry directory (`rlcycle gateway`'s default: $RLCYCLE_HOME/registry).")
     host: str = cfg("127.0.0.1", help="Interface to bind (loopback by default).")
     port: int = cfg(8100, help="TCP port (0 picks a free one).")
@@ -89,6 +97,7 @@ class GatewayConfig:
         check_range(problems, self, "rotate_s", gt=0)
         check_range(problems, self, "canary_fraction", ge=0, le=1, optional=True)
         check_range(problems, self, "watch_interval_s", ge=0)
+        check_range(problems, self, ("upstream_probe_s", "upstream_probe_timeout_s"), gt=0)
         check_range(
             problems,
             self,

@@ -16,7 +16,9 @@ An `Engine` is one checkpoint: its id (logged as `policy_version` and sent as th
   not serve is an error (at start) or a failed reload, retried at every watch tick (a deploy
   moves the alias before its hook loads the adapter). So the logged `policy_version` is the
   checkpoint that answered, and a canary works upstream too: the candidate's sessions go to
-  the candidate's adapter.
+  the candidate's adapter. Whether the upstream is up, and serves each engine's checkpoint
+  after it comes back, is `upstream.UpstreamWatch`'s: a request is checked before it is sent,
+  and a failure becomes a 502/503 for the client (never a logged event).
 
 Reloads (`Models.reload`, called by POST /v1/rlcycle/reload and by the registry watcher): the
 aliases are resolved again; a checkpoint that changed is loaded *before* anything is swapped,
@@ -38,6 +40,7 @@ from typing import Any
 
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.gateway.config import GatewayConfig
+from rlcycle.gateway.upstream import UpstreamWatch
 from rlcycle.harness.render import ChatRenderer
 from rlcycle.harness.tools import ToolSpec
 from rlcycle.policy.base import Generation, SamplingParams
@@ -57,6 +60,7 @@ class Engine:
         config: GatewayConfig,
         role: str = "production",
         in_process: bool = True,
+        watch: UpstreamWatch | None = None,
     ):
         self.checkpoint_id = cid
         self.path = path
@@ -67,6 +71,9 @@ class Engine:
         self.config = config
         self.inflight = 0
         self.retired = False
+        self.watch = watch  # upstream engines: the upstream's health (upstream.py)
+        self.unserved: str | None = None  # why the upstream does not serve this checkpoint now
+        self.unserved_since: float | None = None
         self._renderers: OrderedDict[str, ChatRenderer] = OrderedDict()
         self._lock = threading.Lock()
         if in_process:
@@ -91,6 +98,11 @@ class Engine:
                 self._renderers.popitem(last=False)
         return r
 
+    def check(self) -> None:
+        """Raise `upstream.Unavailable` when this engine cannot serve now (upstream engines only)."""
+        if self.watch is not None:
+            self.watch.check(self)
+
     def submit(self, prompt: list[int], params: SamplingParams) -> Future:
         """Queue one prompt; the Future resolves to its Generation."""
         if self.in_process:
@@ -99,7 +111,11 @@ class Engine:
 
     def _upstream_one(self, prompt: list[int], params: SamplingParams) -> Generation:
         start = time.perf_counter()
-        [gen] = self.policy.generate([prompt], params)
+        try:
+            [gen] = self.policy.generate([prompt], params)
+        except RlcycleError as e:  # what the client gets instead, and the upstream's state
+            assert self.watch is not None
+            raise self.watch.failed(self, e) from None
         gen.latency_ms = (time.perf_counter() - start) * 1000.0
         return gen
 
@@ -137,6 +153,11 @@ class Models:
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         self._state_sig: tuple[int, int] | None = None
+        self.upstream = (
+            UpstreamWatch(self, config.upstream, config.upstream_probe_s, config.upstream_probe_timeout_s)
+            if config.upstream
+            else None
+        )
         self.reload()
 
     # --- requests -------------------------------------------------------------------------
@@ -148,6 +169,11 @@ class Models:
             assert engine is not None
             engine.inflight += 1
             return engine
+
+    def engines(self) -> list[Engine]:
+        """The engines serving now (production, and the candidate during a canary)."""
+        with self._lock:
+            return [e for e in (self.primary, self.candidate) if e is not None]
 
     def release(self, engine: Engine) -> None:
         with self._lock:
@@ -172,14 +198,17 @@ class Models:
 
             # The adapter that serves this checkpoint (rlcycle-<12 hex>, loaded by the deploy hook),
             # or the base when it is this checkpoint; an error naming the fix when neither is listed.
-            pcfg = HTTPPolicyConfig(api_key=c.upstream_api_key, max_concurrency=64)
+            # No retries here: a failed request is the client's to retry (the OpenAI SDK does), and
+            # nothing is resent before the watch has re-checked a restarted upstream's identity.
+            pcfg = HTTPPolicyConfig(api_key=c.upstream_api_key, max_concurrency=64, retries=0)
             policy = HTTPPolicy(c.upstream, pcfg, checkpoint=(cid, path))
             try:
                 policy.identify()
             except BaseException:
                 policy.close()
                 raise
-            return Engine(cid, path, policy, AutoTokenizer.from_pretrained(str(path)), c, role, in_process=False)
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+            return Engine(cid, path, policy, tokenizer, c, role, in_process=False, watch=self.upstream)
         from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
         pcfg = HFPolicyConfig(
@@ -250,6 +279,9 @@ class Models:
         return (st.st_mtime_ns, st.st_size)
 
     def start_watch(self) -> None:
+        """Start the registry watcher and, with an upstream, its prober."""
+        if self.upstream is not None:
+            self.upstream.start()
         if self.config.watch_interval_s <= 0 or self._watcher is not None:
             return
         self._watcher = threading.Thread(target=self._watch, name="gw-registry-watch", daemon=True)
@@ -284,6 +316,8 @@ class Models:
 
     def close(self) -> None:
         self._stop.set()
+        if self.upstream is not None:
+            self.upstream.close()
         with self._lock:
             engines = [e for e in (self.primary, self.candidate) if e is not None]
             self.primary = self.candidate = None

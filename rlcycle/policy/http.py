@@ -54,6 +54,7 @@ what train's staleness check matches) and `served_identity` (in run and event id
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import threading
@@ -100,6 +101,24 @@ class HTTPPolicyConfig:
         help="Before the first sample at 0 < T != 1, check once that the server returns the logprobs of the "
         "sampling distribution (vLLM: --logprobs-mode processed_logprobs) and refuse if not.",
     )
+
+
+class UpstreamError(RlcycleError):
+    """The server gave no usable answer: nothing listens (`kind` "refused"), the connection broke
+    or timed out mid-request ("dropped"), or it answered 5xx ("status", with `status`). What the
+    gateway turns into 502/503 and marks the upstream down for (rlcycle/gateway/upstream.py)."""
+
+    def __init__(self, message: str, hint: str | None, kind: str, status: int | None = None):
+        super().__init__(message, hint)
+        self.kind, self.status = kind, status
+
+
+class RequestRefused(InputError):
+    """The server answered 4xx (`status`): e.g. 404 for a model it does not serve (any more)."""
+
+    def __init__(self, message: str, hint: str | None, status: int):
+        super().__init__(message, hint)
+        self.status = status
 
 
 class HTTPPolicy:
@@ -153,6 +172,20 @@ class HTTPPolicy:
                     )
         return self
 
+    def reidentify(self) -> HTTPPolicy:
+        """Choose the model and name what it serves again (the server may have been restarted with
+        other models); the processed-logprobs check runs again before the next T != 1 sample.
+        Raises like `identify`; until one succeeds, `model_name` is None."""
+        with self._identify_lock:
+            self._model = None
+            self._logprobs_checked = False
+        return self.identify()
+
+    @property
+    def model_name(self) -> str | None:
+        """The model chosen by the last successful `identify` (None: none yet, or a failed re-check)."""
+        return self._model
+
     def _check_logprobs_once(self, model: str) -> None:
         """Refuse a server whose logprobs at T != 1 are the raw model's (module docstring)."""
         with self._identify_lock:
@@ -176,9 +209,10 @@ class HTTPPolicy:
                 "or sample at temperature 1",
             )
 
-    def get(self, path: str) -> dict[str, Any]:
-        """GET an API path (e.g. /v1/models), with the key and retries of every request."""
-        return self._call("GET", path, None)
+    def get(self, path: str, timeout_s: float | None = None, retries: int | None = None) -> dict[str, Any]:
+        """GET an API path (e.g. /v1/models), with the key and (unless given) the timeout and
+        retries of every request."""
+        return self._call("GET", path, None, timeout_s, retries)
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._call("POST", path, body)
@@ -211,34 +245,50 @@ class HTTPPolicy:
         gen.latency_ms = (time.perf_counter() - start) * 1000.0
         return gen
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
-        """One HTTP exchange with retries on connection errors and 5xx."""
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        timeout_s: float | None = None,
+        retries: int | None = None,
+    ) -> dict[str, Any]:
+        """One HTTP exchange with retries on connection errors and 5xx; `UpstreamError` when none
+        gave an answer, `RequestRefused` on a 4xx."""
         url = self.base_url + path
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        retries = self.config.retries if retries is None else retries
+        timeout = self.config.timeout_s if timeout_s is None else timeout_s
         last: Exception | None = None
-        for attempt in range(self.config.retries + 1):
+        kind, status = "dropped", None
+        for attempt in range(retries + 1):
             if attempt:
                 time.sleep(min(2.0, 0.2 * 2**attempt))
             req = urllib.request.Request(url, data=data, headers=headers, method=method)
             try:
-                with urllib.request.urlopen(req, timeout=self.config.timeout_s) as r:
+                with urllib.request.urlopen(req, timeout=timeout) as r:
                     return json.loads(r.read())
             except urllib.error.HTTPError as e:
                 detail = _error_text(e)
                 if e.code < 500:
-                    raise InputError(
+                    raise RequestRefused(
                         f"{url} refused the request ({e.code}): {detail}",
-                        hint="check the model name, the prompt ids and the sampling parameters",
+                        "check the model name, the prompt ids and the sampling parameters",
+                        e.code,
                     ) from None
-                last = RlcycleError(f"{url} failed ({e.code}): {detail}")
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
-                last = e
-        raise RlcycleError(
-            f"cannot get a completion from {url}: {last}",
-            hint="start a server (`rlcycle serve --policy DIR --port PORT`) or check the URL",
+                last, kind, status = RlcycleError(f"{url} failed ({e.code}): {detail}"), "status", e.code
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, http.client.HTTPException) as e:
+                # nothing listens (refused), or the connection broke or timed out mid-request
+                refused = isinstance(getattr(e, "reason", e), ConnectionRefusedError)
+                last, kind, status = e, ("refused" if refused else "dropped"), None
+        raise UpstreamError(
+            f"no answer from {url}: {last}",
+            "start a server (`rlcycle serve --policy DIR --port PORT`) or check the URL",
+            kind,
+            status,
         )
 
 

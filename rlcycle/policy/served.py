@@ -26,6 +26,10 @@ PROBE_IDS = list(range(1, 17))
 PROBE_QUANTUM = 0.05
 
 
+class NotServed(RlcycleError):
+    """The server answers but does not serve the checkpoint asked for (its adapter not loaded)."""
+
+
 @dataclass
 class Served:
     model: str
@@ -43,6 +47,15 @@ def adapter_name(cid: str) -> str:
     return ADAPTER_PREFIX + short_id(cid)
 
 
+def load_hint(url: str, path: Path | str) -> str:
+    """How to make a server at `url` serve the checkpoint at `path`."""
+    return (
+        f"load it with the deploy hook: `python -m rlcycle.deploy.vllm --url {url} --checkpoint "
+        f"{path}` (what `rlcycle deploy --hook` runs), or start a server for it: "
+        f"`rlcycle serve --engine vllm --policy {path}`"
+    )
+
+
 def identify(policy: Any, want: str | None, checkpoint: tuple[str, Path] | None = None) -> Served:
     """The model to request and what it is (see the module docstring)."""
     url = policy.base_url
@@ -57,12 +70,10 @@ def identify(policy: Any, want: str | None, checkpoint: tuple[str, Path] | None 
         cid, path = checkpoint
         entry = by_name.get(adapter_name(cid)) or _entry_rooted_at(listed, Path(path), cid)
         if entry is None:
-            raise RlcycleError(
+            raise NotServed(
                 f"{url} does not serve checkpoint {cid} ({want or path}): its adapter {adapter_name(cid)} is "
                 f"not loaded (listed: {', '.join(by_name)})",
-                hint=f"load it with the deploy hook: `python -m rlcycle.deploy.vllm --url {url} --checkpoint "
-                f"{path}` (what `rlcycle deploy --hook` runs), or start a server for it: "
-                f"`rlcycle serve --engine vllm --policy {path}`",
+                hint=load_hint(url, path),
             )
     else:
         entry = by_name[want] if want is not None else listed[0]

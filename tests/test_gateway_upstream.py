@@ -1,0 +1,173 @@
+"""The gateway when its upstream goes away and comes back (rlcycle/gateway/upstream.py), fast.
+
+The upstream is `rlcycle serve`'s real HTTP server over the tiny model (in this process), stopped
+and started again on the same port; the gateway, its prober, the official `openai` SDK and the
+log are all real. What a client gets while it is down (502/503 in OpenAI's error shape, nothing
+logged), what /health says, that a restarted upstream serving another checkpoint is refused
+with an error naming the fix, and that the gateway serves again by itself once the right one is
+back. The same against a real vLLM killed under load: tests/test_vllm_upstream.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from rlcycle.gateway import GatewayConfig, start
+from rlcycle.policy.registry import Entry, Registry
+
+MSGS = [{"role": "user", "content": "Say hi."}]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from rlcycle import model_init
+
+    root = tmp_path_factory.mktemp("gwup")
+    m0 = Path(model_init.run(model_init.InitModelConfig(seed=0), root / "m0").path)
+    m1 = Path(model_init.run(model_init.InitModelConfig(seed=1), root / "m1").path)
+    reg = Registry(root / "registry")
+    with reg.locked():
+        cid = reg.add(m0)
+        reg.commit({"production": cid}, Entry("promote", "production", cid, None))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"root": root, "m0": m0, "m1": m1, "registry": str(reg.root), "cid": cid, "port": port}
+
+
+def _serve(world, model: Path):
+    """`rlcycle serve` on the world's port for `model` (listed with it as root, as vLLM does)."""
+    from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
+    from rlcycle.policy.serve import PolicyServer, ServeConfig
+
+    policy = HFPolicy.from_pretrained(model, HFPolicyConfig(device="cpu", dtype="float32", num_threads=1))
+    return PolicyServer(policy, ServeConfig(port=world["port"], root=str(model))).start()
+
+
+def _ask(url: str, stream: bool = False) -> tuple[str, object]:
+    """One chat request with its own request id: (request id, the response or the APIStatusError)."""
+    rid = uuid.uuid4().hex
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    try:
+        r = client.chat.completions.with_raw_response.create(
+            model="production",
+            messages=MSGS,
+            max_tokens=4,
+            seed=1,
+            stream=stream,
+            extra_headers={"X-Request-Id": rid},
+        )
+        if stream:
+            list(r.parse())
+        return rid, r
+    except openai.APIStatusError as e:
+        return rid, e
+
+
+def _openai_error(e: object, status: int, code: str) -> str:
+    assert isinstance(e, openai.APIStatusError), e
+    body = e.response.json()
+    assert e.status_code == status and set(body) == {"error"}, body
+    err = body["error"]
+    assert err["code"] == code and err["type"] == "server_error" and err["message"], err
+    return err["message"]
+
+
+def _logged(running) -> dict[str, int]:
+    """request id -> completion events logged for it."""
+    from tests.test_gateway import read_events
+
+    running.gateway.log.flush()
+    counts: dict[str, int] = {}
+    for ev in read_events(running.gateway.config.log_dir):
+        if ev["type"] == "completion":
+            counts[ev["request_id"]] = counts.get(ev["request_id"], 0) + 1
+    return counts
+
+
+def _until(predicate, what: str, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def test_down_refused_then_back_by_itself_with_identity_rechecked(world, tmp_path):
+    server = _serve(world, world["m0"])
+    running = start(
+        GatewayConfig(
+            registry=world["registry"],
+            log_dir=str(tmp_path / "logs"),
+            port=0,
+            upstream=server.url,
+            flush_interval_s=0.05,
+            upstream_probe_s=0.2,
+        )
+    )
+    url, ok, failed = running.url, [], []
+    try:
+        rid, r = _ask(url)
+        assert r.http_response.status_code == 200 and r.headers["x-checkpoint-id"] == world["cid"]
+        ok.append(rid)
+        assert httpx.get(url + "/health").text == "ok"
+
+        # the upstream goes away: the first request fails in flight (502) or is refused (503)
+        server.close()
+        for stream in (False, True, False):
+            rid, e = _ask(url, stream)
+            assert isinstance(e, openai.APIStatusError) and e.status_code in (502, 503), e
+            _openai_error(e, e.status_code, "upstream_error" if e.status_code == 502 else "upstream_unavailable")
+            failed.append(rid)
+        health = _until(lambda: (h := httpx.get(url + "/health")).status_code == 503 and h.json(), "/health 503")
+        up = health["upstream"]
+        assert health["status"] == "degraded" and up["url"] == server.url and up["ok"] is False
+        assert up["reachable"] is False and up["error"] and up["since"] and up["outages"] == 1
+        # while down: refused at once, with Retry-After, streamed or not
+        for stream in (False, True):
+            rid, e = _ask(url, stream)
+            msg = _openai_error(e, 503, "upstream_unavailable")
+            assert "down since" in msg and e.response.headers["retry-after"].isdigit()
+            failed.append(rid)
+
+        # back on the same port, but serving another checkpoint: refused, naming the fix
+        other = _serve(world, world["m1"])
+        try:
+            health = _until(
+                lambda: (h := httpx.get(url + "/health").json())["upstream"]["reachable"] and h, "reachable again"
+            )
+            [engine] = health["upstream"]["engines"]
+            assert engine["served"] is False and health["upstream"]["ok"] is False
+            assert "does not serve checkpoint " + world["cid"] in engine["error"]
+            assert "python -m rlcycle.deploy.vllm" in engine["error"]
+            rid, e = _ask(url)
+            msg = _openai_error(e, 503, "adapter_not_loaded")
+            assert world["cid"] in msg and "rlcycle.deploy.vllm" in msg
+            failed.append(rid)
+        finally:
+            other.close()
+
+        # the right one back: served again by itself, logged as the checkpoint
+        server = _serve(world, world["m0"])
+        _until(lambda: httpx.get(url + "/health").text == "ok", "/health ok again")
+        for stream in (False, True):
+            rid, r = _ask(url, stream)
+            assert r.http_response.status_code == 200 and r.headers["x-checkpoint-id"] == world["cid"]
+            ok.append(rid)
+        stats = httpx.get(url + "/v1/rlcycle/stats").json()["upstream"]
+        assert stats["ok"] and stats["outages"] == 2 and stats["last_outage_s"] > 0  # m0 gone, then m1
+    finally:
+        running.close()
+        server.close()
+    logged = _logged(running)
+    assert {rid: logged.get(rid, 0) for rid in ok} == dict.fromkeys(ok, 1)
+    assert {rid: logged.get(rid, 0) for rid in failed} == dict.fromkeys(failed, 0)
