@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
             },
             section="eval",
         )
-        result = stage.run(cfg, candidate, baseline, tasks, out, registry=opt.registry_dir())
+        result = stage.STAGE.run(cfg, stage.EvalArgs(candidate, baseline, tasks, out, registry=opt.registry_dir()))
         console.err.print(stage.verdict_table(result.verdict))
         if as_json:
             opt.emit_json(result.verdict)

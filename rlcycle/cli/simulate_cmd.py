@@ -70,8 +70,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = opt.json_flag(),
         quiet: bool = opt.quiet(),
     ) -> None:
-        from rlcycle import simulate as stage
         from rlcycle.config import resolve, save_resolved
+        from rlcycle.simulate import stage
 
         cfg = resolve(
             stage.SimulateConfig,
@@ -91,7 +91,8 @@ def register(app: typer.Typer) -> None:
             },
             section="simulate",
         )
-        result = stage.run(cfg, policy, tasks, out, quiet=quiet, registry=opt.registry_dir())
+        args = stage.SimulateArgs(policy, tasks, out, registry=opt.registry_dir(), quiet=quiet)
+        result = stage.STAGE.run(cfg, args)
         if out != "-":
             save_resolved(cfg, f"{out}.config.json")  # as collect and distill; `collect DIR` skips it
         if as_json:

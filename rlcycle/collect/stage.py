@@ -430,13 +430,24 @@ def format_summary(r: CollectResult) -> str:
     return "\n".join(lines)
 
 
-# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+# --- the stage object (rlcycle/stage.py): what `rlcycle collect` and the cycle both run --------
 
+# What the cycle's manifest keeps of a CollectResult (`cycle --json` shows it).
 _CYCLE_KEYS = ("samples_out", "episodes_out", "quarantined", "duplicates", "held_back_episodes")
 
 
+@dataclass(frozen=True)
+class CollectArgs:
+    """What one collect reads and writes: `run`'s arguments past the config."""
+
+    events: list[str]  # files, directories, globs or `-`
+    out: str  # trajectories.arrow (or .parquet), or `-`
+    quarantine: str | None = None  # default: OUT.quarantine.jsonl
+    quiet: bool = False
+
+
 class CollectStage:
-    """The cycle's collect: its events (simulate's, or the production logs) -> trajectories."""
+    """collect as a stage: event logs (simulate's, or the production logs) -> trajectories."""
 
     name = "collect"
     config_class = CollectConfig
@@ -448,9 +459,14 @@ class CollectStage:
     def outputs(self, layout: RunLayout) -> dict[str, Path]:
         return {"trajectories": layout.file("trajectories")}
 
-    def run(self, config: CollectConfig, ctx: StageContext) -> Outcome:
-        r = run(config, list(ctx.events), str(ctx.layout.file("trajectories")), quiet=ctx.quiet)
-        return Outcome({k: v for k, v in r.as_dict().items() if k in _CYCLE_KEYS}, format_summary(r))
+    def args(self, ctx: StageContext) -> CollectArgs:
+        return CollectArgs(list(ctx.events), str(ctx.layout.file("trajectories")), quiet=ctx.quiet)
+
+    def run(self, config: CollectConfig, args: CollectArgs) -> CollectResult:
+        return run(config, args.events, args.out, quarantine=args.quarantine, quiet=args.quiet)
+
+    def record(self, result: CollectResult) -> Outcome:
+        return Outcome({k: v for k, v in result.as_dict().items() if k in _CYCLE_KEYS}, format_summary(result))
 
 
 STAGE = CollectStage()
