@@ -9,6 +9,8 @@ training, evaluating or simulating anything; the AST test catches a bypass in an
 from __future__ import annotations
 
 import ast
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,25 @@ def test_in_a_cycle_the_args_are_the_layouts_paths(tmp_path):
         layout.file("verdict"),
         True,
     )
+
+
+# --- what the cycle keeps ---------------------------------------------------------------------------
+
+
+def test_the_cycle_keeps_collects_skipped_files(cli, tmp_path):
+    """A logs directory holding one of rlcycle's own sidecars: collect passes over it, and the
+    cycle's collect result says so (`skipped_files`), as `rlcycle collect --json` does."""
+    logs = tmp_path / "logs"
+    shutil.copytree(SAMPLE / "events", logs)
+    (logs / "old.arrow.config.json").write_text("{}")
+    base = tmp_path / "base"  # a checkpoint directory as the base: --until collect never loads it
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    cfg = tmp_path / "cycle.toml"
+    cfg.write_text(f'[cycle]\nsource = "logs"\nevents = ["{logs}"]\nbase = "{base}"\n')
+    r = cli(["cycle", "--config", cfg, "--run-dir", tmp_path / "run", "--until", "collect", "--json", "-q"])
+    assert r.exit_code == 0, r.error
+    [collect] = [s for s in json.loads(r.stdout)["stages"] if s["name"] == "collect"]
+    assert collect["status"] == "ran" and collect["result"]["skipped_files"] == 1
+    direct = cli(["collect", logs, "-o", tmp_path / "t.arrow", "--json", "-q"])
+    assert json.loads(direct.stdout)["samples_out"] == collect["result"]["samples_out"]

@@ -433,7 +433,7 @@ def format_summary(r: CollectResult) -> str:
 # --- the stage object (rlcycle/stage.py): what `rlcycle collect` and the cycle both run --------
 
 # What the cycle's manifest keeps of a CollectResult (`cycle --json` shows it).
-_CYCLE_KEYS = ("samples_out", "episodes_out", "quarantined", "duplicates", "held_back_episodes")
+_CYCLE_KEYS = ("samples_out", "episodes_out", "quarantined", "duplicates", "held_back_episodes", "skipped_files")
 
 
 @dataclass(frozen=True)
