@@ -231,3 +231,30 @@ def test_the_cycle_keeps_collects_skipped_files(cli, tmp_path):
     assert collect["status"] == "ran" and collect["result"]["skipped_files"] == 1
     direct = cli(["collect", logs, "-o", tmp_path / "t.arrow", "--json", "-q"])
     assert json.loads(direct.stdout)["samples_out"] == collect["result"]["samples_out"]
+
+
+def test_a_cycle_without_a_verdict_says_why(cli, tmp_path, monkeypatch):
+    """The eval stage gave no verdict: the error is the verdict's own reason and hint, not
+    just a path. The loop is stubbed (it stops at eval in a cycle only with real sandboxes,
+    tests/test_cycle.py); what is tested is what the command says."""
+    run = tmp_path / "run"
+    verdict = RunLayout(run).file("verdict")
+    verdict.parent.mkdir(parents=True)
+    verdict.write_text(
+        json.dumps(
+            {
+                "decision": "no_verdict",
+                "reason": "2 paired task(s) < min_paired_tasks=5: the suite has 2 task(s)",
+                "hint": "lower eval.min_paired_tasks (--set min_paired_tasks=N) or use a bigger suite",
+            }
+        )
+    )
+    stopped = cycle.CycleResult(str(run), [], decision="no_verdict", exit_code=1)
+    monkeypatch.setattr(cycle.Cycle, "run", lambda self: stopped)
+    r = cli(["cycle", "--run-dir", run, "-q"])
+    assert r.exit_code == 1
+    assert "Error: the cycle stopped: eval gave no verdict: 2 paired task(s) < min_paired_tasks=5" in r.error
+    assert "lower eval.min_paired_tasks" in r.error and str(verdict) in r.error
+    verdict.unlink()  # a verdict that is not there: still an error that names where to look
+    r = cli(["cycle", "--run-dir", run, "-q"])
+    assert r.exit_code == 1 and "eval gave no verdict" in r.error and "sandbox" in r.error

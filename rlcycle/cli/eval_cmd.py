@@ -86,7 +86,14 @@ def register(app: typer.Typer) -> None:
                 exit_code=EXIT_GATE_REFUSED,
             )
         if result.decision == "no_verdict":
-            raise RlcycleError(
-                f"no verdict: {result.verdict.get('reason')}",
-                hint=result.verdict.get("hint") or "check sandbox health (`rlcycle sandbox ls`) and rerun",
-            )
+            raise no_verdict(result.verdict)
+
+
+def no_verdict(verdict: dict, what: str = "no verdict", path: str | Path | None = None) -> RlcycleError:
+    """The error of an eval that gave no verdict: the verdict's reason and its hint (the fix),
+    as `rlcycle eval` and `rlcycle cycle` both say it; `path`: the verdict.json to read more in."""
+    hint = verdict.get("hint") or "check sandbox health (`rlcycle sandbox ls`) and rerun"
+    return RlcycleError(
+        f"{what}: {verdict.get('reason') or 'the eval stage recorded no reason'}",
+        hint=hint + (f"; see {path}" if path else ""),
+    )
