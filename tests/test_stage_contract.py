@@ -258,3 +258,16 @@ def test_a_cycle_without_a_verdict_says_why(cli, tmp_path, monkeypatch):
     verdict.unlink()  # a verdict that is not there: still an error that names where to look
     r = cli(["cycle", "--run-dir", run, "-q"])
     assert r.exit_code == 1 and "eval gave no verdict" in r.error and "sandbox" in r.error
+
+
+# --- shared options --------------------------------------------------------------------------------
+
+
+def test_executor_options_are_declared_once(cli):
+    """simulate and eval take the rollout's --executor/--ray-address from rlcycle/cli/options.py."""
+    for module in ("simulate_cmd.py", "eval_cmd.py"):
+        src = (CLI / module).read_text()
+        assert '"--executor"' not in src and '"--ray-address"' not in src, module
+    helps = [cli([command, "--help"]).stdout for command in ("simulate", "eval")]
+    for h in helps:
+        assert "--executor" in h and "--ray-address" in h

@@ -40,16 +40,8 @@ def register(app: typer.Typer) -> None:
         out: Path = opt.out("eval_results.arrow to write (verdict.json goes beside it)."),
         attempts: int = typer.Option(None, "--attempts", "-k", help="Attempts per task and policy (default 2)."),
         sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes running at once (default 4)."),
-        executor: str = typer.Option(
-            None,
-            "--executor",
-            help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md).",
-        ),
-        ray_address: str = typer.Option(
-            None,
-            "--ray-address",
-            help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray).",
-        ),
+        executor: str = opt.executor(),
+        ray_address: str = opt.ray_address(),
         _help_config: bool = config_help.option("eval"),
         tokenizer: str = typer.Option(
             None, "--tokenizer", help="Tokenizer directory (needed for an http policy: the served model's)."
@@ -68,8 +60,7 @@ def register(app: typer.Typer) -> None:
             {
                 "attempts": attempts,
                 "sandboxes": sandboxes,
-                "rollout.executor": executor,
-                "rollout.ray_address": ray_address,
+                **opt.rollout_flags(executor, ray_address),
                 "tokenizer": tokenizer,
             },
             section="eval",
