@@ -3,8 +3,9 @@ run-directory layout.
 
 In:  nothing (definitions). Out: `Stage` (a Protocol: torchtune's recipe_interfaces style, no
 base class to inherit from), `StageContext` (what the loop hands every stage), `StageResult`
-(what a stage's `record` returns for the manifest), `RunLayout` (the only place a run directory's paths are written
-down: rlcycle/cycle.py writes them, `rlcycle report` reads them) and the input keys of caching.
+(what a stage's `record` returns for the manifest), `RunLayout` (the only place a run
+directory's paths are written down: rlcycle/cycle.py writes them, `rlcycle report` reads them)
+and the input keys of caching.
 
 A stage (rlcycle/simulate, collect, distill, train, evaluation, deploy each define one) declares:
 
