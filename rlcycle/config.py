@@ -44,10 +44,6 @@ def cfg(default: Any = dataclasses.MISSING, help: str = "", **kw: Any) -> Any:
     return dataclasses.field(default=default, metadata={"help": help}, **kw)
 
 
-def field_help(cls: type) -> dict[str, str]:
-    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
-
-
 def parse_sets(sets: list[str] | None) -> dict[str, str]:
     """`--set key=value` pairs (values stay strings; they are coerced per field type)."""
     out: dict[str, str] = {}

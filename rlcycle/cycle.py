@@ -13,7 +13,8 @@ Out: `RUN_DIR/<stage>/...` outputs with a `manifest.json` per stage written last
     rlcycle cycle --config cycle.toml --run-dir runs/$(date +%F-%H)   # from cron
 
 `Cycle` is a loop over the stage objects (`STAGE_OBJECTS`, each the `Stage` of rlcycle/stage.py
-defined beside its stage); the rules live here once, driven by what each stage declares:
+defined beside its stage, the same object its `rlcycle <stage>` command runs); the rules live
+here once, driven by what each stage declares:
 - a stage is skipped when its manifest holds the same key: a hash of its resolved config and
   the keys of its declared inputs (file contents, checkpoint ids). A stage that is not
   `cacheable` (deploy) runs every time; deploy itself is a no-op when the alias already points
@@ -292,7 +293,7 @@ class Cycle:
         self._log(f"{name}: running")
         started = time.monotonic()
         self.layout.stage_dir(name).mkdir(parents=True, exist_ok=True)
-        result = stage.run(config, ctx).as_dict()
+        result = stage.record(stage.run(config, stage.args(ctx))).as_dict()  # as `rlcycle <stage>` runs it
         crash_point(f"cycle:{name}")  # fault injection for the resume tests
         seconds = time.monotonic() - started
         self.layout.write_manifest(

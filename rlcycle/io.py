@@ -11,8 +11,9 @@ on failure, so an output path never holds a partial file. A writer killed before
 remove its temp file (kill -9, OOM) leaves it behind; the temp name carries the writer's host
 and pid (`.<name>.<host>-<pid>.XXXXXXXX.tmp`), so the next write of the same target removes
 those of dead writers on this host (`reclaim_temps`) and never a live one's. Binary is never written to a
-terminal. Directories (checkpoints) get the same treatment with `atomic_dir`, and `FileLock`
-is the one inter-process lock (a registry writer, one cycle per RLCYCLE_HOME).
+terminal. Directories (checkpoints) get the same treatment with `atomic_dir`, a stage's working
+directory (collect's partitions) with `scratch_dir`; `FileLock` is the one inter-process lock
+(a registry writer, one cycle per RLCYCLE_HOME).
 """
 
 from __future__ import annotations
@@ -220,10 +221,10 @@ def pid_alive(pid: int) -> bool:
 
 
 def reclaim_temps(path: str | Path) -> list[Path]:
-    """Remove the temp files that dead writers of `path` left beside it; return them.
+    """Remove the temp files and directories that dead writers of `path` left beside it; return them.
 
     Only names of this target's pattern (`.<name>.<host>-<pid>.XXXXXXXX.tmp`, XXXXXXXX from
-    mkstemp) with this host and a pid that no longer runs: a live writer's temp, another
+    mkstemp/mkdtemp) with this host and a pid that no longer runs: a live writer's temp, another
     target's, or one written on another host of a shared filesystem is never touched."""
     target = Path(path)
     host = _writer_tag().rsplit("-", 1)[0]
@@ -235,10 +236,22 @@ def reclaim_temps(path: str | Path) -> list[Path]:
         return removed
     for entry in entries:
         m = pattern.fullmatch(entry.name)
-        if m and entry.is_file(follow_symlinks=False) and not pid_alive(int(m.group(1))):
+        if not m or pid_alive(int(m.group(1))):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
             Path(entry.path).unlink(missing_ok=True)
-            removed.append(Path(entry.path))
+        removed.append(Path(entry.path))
     return removed
+
+
+def _temp_dir(target: Path) -> Path:
+    """A fresh directory beside `target`, named for it and this writer (`reclaim_temps` pattern),
+    after removing the ones dead writers of `target` left."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    reclaim_temps(target)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.{_writer_tag()}.", suffix=".tmp", dir=target.parent))
 
 
 @contextlib.contextmanager
@@ -267,11 +280,11 @@ def atomic_dir(path: str | Path, prefix: str | None = None) -> Iterator[Path]:
 
     On success the directory gets the modes the umask allows (mkdtemp makes 0700) and
     `replace_dir` puts it in place; on any exception it is removed. Its name starts with a dot
-    (`.<prefix or name>.XXXX.tmp`), so listings that skip dot-entries never see a partial one.
+    (`.<prefix or name>.<host>-<pid>.XXXXXXXX.tmp`), so listings that skip dot-entries never see
+    a partial one, and one a killed writer left is removed by the next `atomic_dir` of `path`.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{prefix or target.name}.", suffix=".tmp", dir=target.parent))
+    tmp = _temp_dir(target.with_name(prefix or target.name))
     try:
         yield tmp
         umask = os.umask(0)
@@ -281,6 +294,17 @@ def atomic_dir(path: str | Path, prefix: str | None = None) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def scratch_dir(path: str | Path) -> Iterator[Path]:
+    """A working directory beside `path` (`.<name>.<host>-<pid>.XXXXXXXX.tmp`), removed when the
+    block ends; one that a killed process left is removed by the next `scratch_dir(path)`."""
+    tmp = _temp_dir(Path(path))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def replace_dir(tmp: str | Path, path: str | Path) -> None:

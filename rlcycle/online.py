@@ -6,11 +6,11 @@ In:  a trajectories table (`pyarrow.Table` or polars frame; rlcycle/schema.py TR
      `functools.partial(rlcycle.distill.followup.score_texts, hook=None)`), the clarify and
      edit tool names.
 Out: `OnlineMetrics`: per version (ordered by first sample), each metric of METRICS as a
-     `rlcycle.stats.Estimate`, the counts behind them, the newest complaints. `ab_differences`
-     gives version b minus version a per metric (independent traffic), `paired_differences`
-     the same on matched sessions. The report, the closed-loop experiment
-     (experiments/closed_loop/) and the distill monitors all compute their per-version rates
-     here, so they agree.
+     `rlcycle.stats.Estimate`, the counts behind them, the newest complaints.
+     `paired_differences` gives version b minus version a per metric on matched sessions (on
+     independent traffic, rlcycle/report/ab.py takes `rlcycle.stats.difference` of two
+     versions' estimates). The report, the closed-loop experiment (experiments/closed_loop/)
+     and the distill monitors all compute their per-version rates here, so they agree.
 
 Two steps, so that distill (which has the episode facts already) shares the second:
   `episode_facts(traj, ...)`  one row per (version, episode): the sums and flags of EPISODE_FACTS
@@ -197,11 +197,6 @@ def online_metrics(
     facts = episode_facts(traj, classify, clarify_tools, edit_tools)
     absent = [] if classify is not None else ["dissatisfied_rate"]
     return summarize(facts, level, n_complaints, absent)
-
-
-def ab_differences(a: dict[str, Estimate], b: dict[str, Estimate]) -> dict[str, Estimate]:
-    """b − a per metric (two versions' or arms' metrics, independent traffic), with 95% CIs."""
-    return {name: stats.difference(a[name], b[name]) for name in a if name in b}
 
 
 def paired_differences(a: pl.DataFrame, b: pl.DataFrame, level: float = stats.LEVEL) -> tuple[dict[str, Estimate], int]:

@@ -1,9 +1,11 @@
-"""The stage contract: what a stage of `rlcycle cycle` declares, and the one run-directory layout.
+"""The stage contract: what a stage declares to `rlcycle cycle` and its own command, and the one
+run-directory layout.
 
 In:  nothing (definitions). Out: `Stage` (a Protocol: torchtune's recipe_interfaces style, no
 base class to inherit from), `StageContext` (what the loop hands every stage), `StageResult`
-(what a stage's `run` returns), `RunLayout` (the only place a run directory's paths are written
-down: rlcycle/cycle.py writes them, `rlcycle report` reads them) and the input keys of caching.
+(what a stage's `record` returns for the manifest), `RunLayout` (the only place a run
+directory's paths are written down: rlcycle/cycle.py writes them, `rlcycle report` reads them)
+and the input keys of caching.
 
 A stage (rlcycle/simulate, collect, distill, train, evaluation, deploy each define one) declares:
 
@@ -14,8 +16,17 @@ A stage (rlcycle/simulate, collect, distill, train, evaluation, deploy each defi
     publishes     True: its result's `checkpoint_id` is what the cycle deployed (deploy)
     inputs(ctx)   {name: key}: the content keys of what it reads (`content_key`, `checkpoint_key`)
     outputs(lay)  {name: path}: what it writes, all inside the RunLayout
-    run(cfg, ctx) -> StageResult: `as_dict()` is the manifest's `result` (what `cycle --json`
+    args(ctx)     its `Args` (a small dataclass of explicit paths and references, defined beside
+                  it) for a run inside the layout
+    run(cfg, args) -> its own result (CollectResult, TrainResult, ...): the one entry point;
+                  `rlcycle <stage>` builds the Args from its arguments, the cycle from `args(ctx)`
+    record(result) -> StageResult: `as_dict()` is the manifest's `result` (what `cycle --json`
                   shows), `summary()` a line for a reader
+
+So a CLI command and the cycle run a stage the same way, only the Args differ:
+
+    STAGE.run(config, CollectArgs(["logs/"], "traj.arrow"))      # rlcycle collect logs/ -o traj.arrow
+    STAGE.record(STAGE.run(config, STAGE.args(ctx)))              # rlcycle cycle
 
 Everything else (cache keys, manifests, resume, the lock, dry runs, exit codes) is the loop's,
 once, in rlcycle/cycle.py.
@@ -144,7 +155,11 @@ class Stage(Protocol):
 
     def outputs(self, layout: RunLayout) -> dict[str, Path]: ...
 
-    def run(self, config: Any, ctx: StageContext) -> StageResult: ...
+    def args(self, ctx: StageContext) -> Any: ...
+
+    def run(self, config: Any, args: Any) -> Any: ...
+
+    def record(self, result: Any) -> StageResult: ...
 
 
 # --- input keys -------------------------------------------------------------------------------

@@ -297,3 +297,26 @@ def test_a_directory_of_nothing_but_sidecars_is_an_empty_input(cli, tmp_path):
     (d / "t.arrow.config.json").write_text("{}")
     r = collect(cli, d, "-o", tmp_path / "t.arrow")
     assert r.exit_code == 2 and "the input is empty (1 file(s) skipped as not event logs)" in r.error
+
+
+def test_a_killed_collect_leaves_its_working_directory_to_the_next_run(cli, tmp_path):
+    """kill -9 with the partitions on disk leaves collect's working directory beside the
+    output; the next collect of the same output removes it, and another output's stays."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "t.arrow"
+    cmd = [sys.executable, "-m", "rlcycle", "collect", "sample_data/events", "-o", str(out), "-q"]
+    root = Path(__file__).parent.parent
+    env = dict(os.environ, RLCYCLE_CRASH_AT="collect:partitioned")
+    killed = subprocess.run(cmd, env=env, cwd=root, capture_output=True)
+    assert killed.returncode == -signal.SIGKILL
+    [left] = [p.name for p in tmp_path.iterdir()]
+    assert left.startswith(".rlcycle-collect-t.arrow.") and left.endswith(".tmp") and not out.exists()
+    other = tmp_path / left.replace("-t.arrow.", "-u.arrow.")  # a dead collect of another output
+    other.mkdir()
+    r = cli(["collect", root / "sample_data" / "events", "-o", out, "-q"])
+    assert r.exit_code == 0, r.error
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["t.arrow", "t.arrow.config.json", other.name])

@@ -72,6 +72,43 @@ def test_atomic_dir_replaces_whole_or_not_at_all(tmp_path):
     assert (tmp_path / "file" / "x").read_text() == "x"
 
 
+def test_a_killed_atomic_dir_is_reclaimed_by_the_next_write_of_its_target(tmp_path):
+    """kill -9 inside `atomic_dir` (a train saving its checkpoint, a registry copy) leaves the
+    temp directory; the next `atomic_dir` of the same target removes it (its pid is dead) and
+    no other: a live writer's, another host's, another target's."""
+    import os
+    import re
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    out = tmp_path / "ckpt"
+    code = (
+        "import os, signal, sys; from rlcycle import io as rio\n"
+        "with rio.atomic_dir(sys.argv[1]) as tmp:\n"
+        "    (tmp / 'model.safetensors').write_bytes(b'half')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True)
+    assert killed.returncode == -signal.SIGKILL
+    [left] = [p for p in tmp_path.iterdir()]
+    assert left.name.startswith(".ckpt.") and left.name.endswith(".tmp") and (left / "model.safetensors").exists()
+    host = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())
+    dead = left.name.split(".")[2].rsplit("-", 1)[1]
+    keep = [
+        f".ckpt.{host}-{os.getpid()}.abcdefgh.tmp",  # a live writer (this process)
+        f".ckpt.elsewhere-{dead}.abcdefgh.tmp",  # another host's
+        f".other.{host}-{dead}.abcdefgh.tmp",  # another target's
+    ]
+    for name in keep:
+        (tmp_path / name).mkdir()
+    with rio.atomic_dir(out) as tmp:
+        (tmp / "model.safetensors").write_bytes(b"whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ckpt", *keep])
+    assert (out / "model.safetensors").read_bytes() == b"whole"
+
+
 def test_a_held_lock_names_its_holder(tmp_path):
     path = tmp_path / "home" / "cycle.lock"
     with rio.FileLock(path, wait=False, holder="pid 1 since noon"):

@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
             },
             section="collect",
         )
-        result = stage.run(cfg, events, out, quarantine=quarantine, quiet=quiet)
+        result = stage.STAGE.run(cfg, stage.CollectArgs(events, out, quarantine=quarantine, quiet=quiet))
         if out != "-":
             save_resolved(cfg, f"{out}.config.json")
         if as_json:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import typer
 
 from rlcycle.cli import config_help
 from rlcycle.cli import options as opt
-from rlcycle.errors import RlcycleError
+from rlcycle.cli.eval_cmd import no_verdict
+from rlcycle.errors import EXIT_GATE_REFUSED, RlcycleError
 
 
 def register(app: typer.Typer) -> None:
@@ -65,11 +67,20 @@ def register(app: typer.Typer) -> None:
             opt.emit_json(result.as_dict())
         else:
             typer.echo(stage.format_summary(result))
-        if result.exit_code:
+        verdict = RunLayout(cfg.run_dir).file("verdict")
+        if result.exit_code == EXIT_GATE_REFUSED:
             raise RlcycleError(
-                "the eval gate refused the candidate; nothing was deployed"
-                if result.exit_code == 3
-                else f"the cycle stopped: eval gave no verdict ({result.decision})",
-                hint=f"see {RunLayout(cfg.run_dir).file('verdict')}",
-                exit_code=result.exit_code,
+                "the eval gate refused the candidate; nothing was deployed",
+                hint=f"see {verdict}",
+                exit_code=EXIT_GATE_REFUSED,
             )
+        if result.exit_code:  # the gate stage gave no verdict: say why, from the verdict itself
+            raise no_verdict(_read_verdict(verdict), "the cycle stopped: eval gave no verdict", verdict)
+
+
+def _read_verdict(path: Path) -> dict:
+    """verdict.json, or {} when it is not there or not JSON (the error then says so generically)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}

@@ -56,8 +56,8 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
         as_json: bool = opt.json_flag("Print one JSON result object."),
     ) -> None:
-        from rlcycle import deploy as stage
         from rlcycle.config import resolve
+        from rlcycle.deploy import stage
 
         cfg = resolve(
             stage.DeployConfig,
@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
             },
             section="deploy",
         )
-        result = stage.run(cfg, checkpoint, verdict, opt.open_registry())
+        result = stage.STAGE.run(cfg, stage.DeployArgs(checkpoint, verdict, opt.open_registry()))
         _report(result, as_json)
 
     @app.command(

@@ -51,10 +51,11 @@ def register(app: typer.Typer) -> None:
         as_json: bool = opt.json_flag("Print the report as one JSON object on stdout."),
         quiet: bool = opt.quiet("No summary on stderr (warnings still print)."),
     ) -> None:
-        from rlcycle import distill as stage
         from rlcycle.config import resolve, save_resolved
+        from rlcycle.distill import stage
+        from rlcycle.distill.spec import load_spec
 
-        reward_spec = stage.load_spec(spec)
+        reward_spec = load_spec(spec)
         # The spec's [distill] table is the config file layer unless --config names another.
         config_file = config if config is not None else (spec if reward_spec.distill else None)
         cfg = resolve(
@@ -65,7 +66,7 @@ def register(app: typer.Typer) -> None:
             section="distill",
         )
         # Reward-hacking warnings print even with --quiet: they are why the report exists.
-        result = stage.run(cfg, trajectories, out, reward_spec, report=report, quiet=False)
+        result = stage.STAGE.run(cfg, stage.DistillArgs(trajectories, out, reward_spec, report=report, quiet=False))
         if out != "-":
             save_resolved(cfg, f"{out}.config.json")
         if as_json:

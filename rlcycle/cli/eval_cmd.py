@@ -40,16 +40,8 @@ def register(app: typer.Typer) -> None:
         out: Path = opt.out("eval_results.arrow to write (verdict.json goes beside it)."),
         attempts: int = typer.Option(None, "--attempts", "-k", help="Attempts per task and policy (default 2)."),
         sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes running at once (default 4)."),
-        executor: str = typer.Option(
-            None,
-            "--executor",
-            help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md).",
-        ),
-        ray_address: str = typer.Option(
-            None,
-            "--ray-address",
-            help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray).",
-        ),
+        executor: str = opt.executor(),
+        ray_address: str = opt.ray_address(),
         _help_config: bool = config_help.option("eval"),
         tokenizer: str = typer.Option(
             None, "--tokenizer", help="Tokenizer directory (needed for an http policy: the served model's)."
@@ -68,13 +60,12 @@ def register(app: typer.Typer) -> None:
             {
                 "attempts": attempts,
                 "sandboxes": sandboxes,
-                "rollout.executor": executor,
-                "rollout.ray_address": ray_address,
+                **opt.rollout_flags(executor, ray_address),
                 "tokenizer": tokenizer,
             },
             section="eval",
         )
-        result = stage.run(cfg, candidate, baseline, tasks, out, registry=opt.registry_dir())
+        result = stage.STAGE.run(cfg, stage.EvalArgs(candidate, baseline, tasks, out, registry=opt.registry_dir()))
         console.err.print(stage.verdict_table(result.verdict))
         if as_json:
             opt.emit_json(result.verdict)
@@ -86,7 +77,14 @@ def register(app: typer.Typer) -> None:
                 exit_code=EXIT_GATE_REFUSED,
             )
         if result.decision == "no_verdict":
-            raise RlcycleError(
-                f"no verdict: {result.verdict.get('reason')}",
-                hint=result.verdict.get("hint") or "check sandbox health (`rlcycle sandbox ls`) and rerun",
-            )
+            raise no_verdict(result.verdict)
+
+
+def no_verdict(verdict: dict, what: str = "no verdict", path: str | Path | None = None) -> RlcycleError:
+    """The error of an eval that gave no verdict: the verdict's reason and its hint (the fix),
+    as `rlcycle eval` and `rlcycle cycle` both say it; `path`: the verdict.json to read more in."""
+    hint = verdict.get("hint") or "check sandbox health (`rlcycle sandbox ls`) and rerun"
+    return RlcycleError(
+        f"{what}: {verdict.get('reason') or 'the eval stage recorded no reason'}",
+        hint=hint + (f"; see {path}" if path else ""),
+    )

@@ -1,7 +1,7 @@
 """The options every command shares, and the one way to print a `--json` result.
 
 In: a command's config section and wording. Out: typer option declarations for `--config`,
-`--set`, `--json`, `--quiet`/`-q` and `-o/--out`, spelled, defaulted and documented alike in
+`--set`, `--json`, `--quiet`/`-q`, `-o/--out` and the rollout's `--executor`/`--ray-address`, spelled, defaulted and documented alike in
 every command; `emit_json()` prints the `--json` object where docs/design.md ("Conventions") says it goes;
 `home()`/`registry_dir()`: the one place that reads $RLCYCLE_HOME (the CLI's default home; the
 libraries below take the home or registry directory as an argument).
@@ -68,6 +68,29 @@ def json_flag(help: str = "Print one JSON summary object on stdout.") -> Any:
 def quiet(help: str = "No progress or summary on stderr.") -> Any:
     """`--quiet`/`-q`: nothing on stderr but warnings and errors."""
     return typer.Option(False, "--quiet", "-q", help=help)
+
+
+def executor() -> Any:
+    """`--executor` (simulate, eval): where the rollouts run; see `rollout_flags`."""
+    return typer.Option(
+        None,
+        "--executor",
+        help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md).",
+    )
+
+
+def ray_address() -> Any:
+    """`--ray-address` (simulate, eval): the Ray cluster of `--executor ray`."""
+    return typer.Option(
+        None,
+        "--ray-address",
+        help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray).",
+    )
+
+
+def rollout_flags(executor: str | None, ray_address: str | None) -> dict[str, Any]:
+    """`--executor` and `--ray-address` as the flags layer of a config with a `rollout` table."""
+    return {"rollout.executor": executor, "rollout.ray_address": ray_address}
 
 
 def out(help: str) -> Any:

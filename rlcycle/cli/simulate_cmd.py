@@ -54,24 +54,16 @@ def register(app: typer.Typer) -> None:
         ),
         sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes in the pool (default 4)."),
         tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer directory (needed for an http policy)."),
-        executor: str = typer.Option(
-            None,
-            "--executor",
-            help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md).",
-        ),
-        ray_address: str = typer.Option(
-            None,
-            "--ray-address",
-            help="Ray cluster to join with --executor ray (default: RAY_ADDRESS, else a local Ray).",
-        ),
+        executor: str = opt.executor(),
+        ray_address: str = opt.ray_address(),
         _help_config: bool = config_help.option("simulate"),
         config: Path = opt.config("simulate"),
         set_: list[str] = opt.sets("user.feedback_rate=0.5"),
         as_json: bool = opt.json_flag(),
         quiet: bool = opt.quiet(),
     ) -> None:
-        from rlcycle import simulate as stage
         from rlcycle.config import resolve, save_resolved
+        from rlcycle.simulate import stage
 
         cfg = resolve(
             stage.SimulateConfig,
@@ -86,12 +78,12 @@ def register(app: typer.Typer) -> None:
                 "runner.max_new_tokens": max_new_tokens,
                 "sandboxes": sandboxes,
                 "tokenizer": tokenizer,
-                "rollout.executor": executor,
-                "rollout.ray_address": ray_address,
+                **opt.rollout_flags(executor, ray_address),
             },
             section="simulate",
         )
-        result = stage.run(cfg, policy, tasks, out, quiet=quiet, registry=opt.registry_dir())
+        args = stage.SimulateArgs(policy, tasks, out, registry=opt.registry_dir(), quiet=quiet)
+        result = stage.STAGE.run(cfg, args)
         if out != "-":
             save_resolved(cfg, f"{out}.config.json")  # as collect and distill; `collect DIR` skips it
         if as_json:

@@ -57,8 +57,8 @@ def register(app: typer.Typer) -> None:
 
         from rlcycle.config import resolve
         from rlcycle.errors import RlcycleError
-        from rlcycle.train import stage
-        from rlcycle.train.config import TrainConfig
+        from rlcycle.train import STAGE, TrainArgs, TrainConfig
+        from rlcycle.train.stage import format_summary
 
         _quiet_transformers()
         flags = {
@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
             "resume": False if no_resume else None,
         }
         cfg = resolve(TrainConfig, config, set_, flags, section="train")
-        result = stage.run(cfg, examples, base, out, metrics_path=metrics, overwrite=overwrite, quiet=quiet)
+        result = STAGE.run(cfg, TrainArgs(examples, base, out, metrics=metrics, overwrite=overwrite, quiet=quiet))
         if os.environ.get("RANK", "0") != "0":
             return
         if result.stopped:
@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             opt.emit_json(result.as_dict())
         if not quiet:
-            console.info(stage.format_summary(result))
+            console.info(format_summary(result))
 
 
 def _relaunch_args(p: dict) -> list[str]:

@@ -57,6 +57,7 @@ from rlcycle.collect.sources import expand_inputs, not_events, read_source
 from rlcycle.config import cfg, check_range
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
+from rlcycle.faults import crash_point
 from rlcycle.schema import TRAJECTORIES, conform
 from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
@@ -188,16 +189,15 @@ def run(
     result.partitions = n_parts
     qwriter = rio.AtomicTextWriter(qpath)
     progress = Progress("collect", quiet=quiet)
-    workdir = Path(out).parent if out != rio.STDIO else Path(tempfile.gettempdir())
-    workdir.mkdir(parents=True, exist_ok=True)
     try:
-        with tempfile.TemporaryDirectory(prefix=".rlcycle-collect-", dir=workdir) as tmp:
-            parts = Partitioner(Path(tmp), n_parts)
+        with rio.scratch_dir(_workdir_name(out)) as tmp:
+            parts = Partitioner(tmp, n_parts)
             for path in files:
                 for chunk in read_source(path, config.block_bytes):
                     _take_chunk(chunk, result, parts, qwriter, patterns, config.strict)
                     progress.update(events=result.events_in, quarantined=result.quarantined)
             parts.close()
+            crash_point("collect:partitioned")  # fault injection: a kill -9 with partitions on disk
             if result.events_in == 0 and result.quarantined == 0:
                 passed = f" ({len(skipped)} file(s) skipped as not event logs)" if skipped else ""
                 raise InputError(
@@ -212,6 +212,15 @@ def run(
     result.quarantine = qpath if qwriter.count else None
     result.seconds = time.monotonic() - started
     return result
+
+
+def _workdir_name(out: str) -> Path:
+    """What the partitions' working directory is named for (rlcycle.io.scratch_dir): beside the
+    output, or in the temp directory for stdout. A run killed mid-way leaves it; the next run
+    of the same output removes it."""
+    if out == rio.STDIO:
+        return Path(tempfile.gettempdir()) / "rlcycle-collect-stdout"
+    return Path(out).with_name(f"rlcycle-collect-{Path(out).name}")
 
 
 def _event_logs(found) -> tuple[list[str], list[dict[str, str]]]:
@@ -421,13 +430,24 @@ def format_summary(r: CollectResult) -> str:
     return "\n".join(lines)
 
 
-# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+# --- the stage object (rlcycle/stage.py): what `rlcycle collect` and the cycle both run --------
 
-_CYCLE_KEYS = ("samples_out", "episodes_out", "quarantined", "duplicates", "held_back_episodes")
+# What the cycle's manifest keeps of a CollectResult (`cycle --json` shows it).
+_CYCLE_KEYS = ("samples_out", "episodes_out", "quarantined", "duplicates", "held_back_episodes", "skipped_files")
+
+
+@dataclass(frozen=True)
+class CollectArgs:
+    """What one collect reads and writes: `run`'s arguments past the config."""
+
+    events: list[str]  # files, directories, globs or `-`
+    out: str  # trajectories.arrow (or .parquet), or `-`
+    quarantine: str | None = None  # default: OUT.quarantine.jsonl
+    quiet: bool = False
 
 
 class CollectStage:
-    """The cycle's collect: its events (simulate's, or the production logs) -> trajectories."""
+    """collect as a stage: event logs (simulate's, or the production logs) -> trajectories."""
 
     name = "collect"
     config_class = CollectConfig
@@ -439,9 +459,14 @@ class CollectStage:
     def outputs(self, layout: RunLayout) -> dict[str, Path]:
         return {"trajectories": layout.file("trajectories")}
 
-    def run(self, config: CollectConfig, ctx: StageContext) -> Outcome:
-        r = run(config, list(ctx.events), str(ctx.layout.file("trajectories")), quiet=ctx.quiet)
-        return Outcome({k: v for k, v in r.as_dict().items() if k in _CYCLE_KEYS}, format_summary(r))
+    def args(self, ctx: StageContext) -> CollectArgs:
+        return CollectArgs(list(ctx.events), str(ctx.layout.file("trajectories")), quiet=ctx.quiet)
+
+    def run(self, config: CollectConfig, args: CollectArgs) -> CollectResult:
+        return run(config, args.events, args.out, quarantine=args.quarantine, quiet=args.quiet)
+
+    def record(self, result: CollectResult) -> Outcome:
+        return Outcome({k: v for k, v in result.as_dict().items() if k in _CYCLE_KEYS}, format_summary(result))
 
 
 STAGE = CollectStage()

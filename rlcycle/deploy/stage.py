@@ -275,15 +275,27 @@ def register(checkpoint: str | Path, alias: str | None, registry: Registry) -> s
     return cid
 
 
-# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+# --- the stage object (rlcycle/stage.py): what `rlcycle deploy` and the cycle both run ---------
+
+
+@dataclass(frozen=True)
+class DeployArgs:
+    """What one deploy promotes, on what verdict, into which registry: `run`'s arguments past
+    the config. `skip_promoted` (the cycle's rule): `up_to_date` when the alias already points
+    at the checkpoint, `superseded` when it was promoted before, and nothing moves."""
+
+    checkpoint: str | Path
+    verdict: str | Path | None  # verdict.json from eval (None: refused unless force)
+    registry: Registry
+    skip_promoted: bool = False
 
 
 class DeployStage:
-    """The cycle's deploy: train's checkpoint into the registry with eval's verdict. Never
-    cached (its effect is the registry, not the run directory), and so it checks the registry
-    itself: `up_to_date` when the alias already points at the checkpoint, `superseded` when the
-    checkpoint was promoted before (rerunning an old run directory must not roll production
-    back to it: that takes an explicit `rlcycle deploy` or `rlcycle rollback`)."""
+    """deploy as a stage: a checkpoint into the registry with its verdict (in a cycle: train's,
+    with eval's). Never cached (its effect is the registry, not the run directory), and so in a
+    cycle it checks the registry itself (`skip_promoted`): rerunning an old run directory must
+    not roll production back to its checkpoint (that takes an explicit `rlcycle deploy` or
+    `rlcycle rollback`)."""
 
     name = "deploy"
     config_class = DeployConfig
@@ -295,15 +307,30 @@ class DeployStage:
     def outputs(self, layout: RunLayout) -> dict[str, Path]:
         return {}
 
-    def run(self, config: DeployConfig, ctx: StageContext) -> Outcome:
-        ckpt = ctx.layout.file("checkpoint")
-        cid = checkpoint_key(ckpt)
-        reg = Registry(ctx.registry)
-        if reg.aliases().get(config.alias) == cid:
-            return Outcome({"status": "up_to_date", "checkpoint_id": cid}, f"deploy: {config.alias} is {cid} already")
-        if any(h["action"] == "promote" and h["checkpoint_id"] == cid for h in reg.history().to_pylist()):
-            return Outcome({"status": "superseded", "checkpoint_id": cid}, f"deploy: {cid} was promoted before")
-        r = run(config, ckpt, ctx.layout.file("verdict"), reg)
+    def args(self, ctx: StageContext) -> DeployArgs:
+        ckpt, verdict = ctx.layout.file("checkpoint"), ctx.layout.file("verdict")
+        return DeployArgs(ckpt, verdict, Registry(ctx.registry), skip_promoted=True)
+
+    def run(self, config: DeployConfig, args: DeployArgs) -> DeployResult:
+        if args.skip_promoted:
+            cid, current = checkpoint_key(Path(args.checkpoint)), args.registry.aliases().get(config.alias)
+            if current == cid:
+                return DeployResult("up_to_date", config.alias, cid, current)
+            if any(h["action"] == "promote" and h["checkpoint_id"] == cid for h in args.registry.history().to_pylist()):
+                return DeployResult("superseded", config.alias, cid, current)
+        return run(config, args.checkpoint, args.verdict, args.registry)
+
+    def record(self, result: DeployResult) -> Outcome:
+        r = result
+        if r.action == "up_to_date":
+            return Outcome(
+                {"status": r.action, "checkpoint_id": r.checkpoint_id},
+                f"deploy: {r.alias} is {r.checkpoint_id} already",
+            )
+        if r.action == "superseded":
+            return Outcome(
+                {"status": r.action, "checkpoint_id": r.checkpoint_id}, f"deploy: {r.checkpoint_id} was promoted before"
+            )
         return Outcome(
             {"checkpoint_id": r.checkpoint_id, "previous_id": r.previous_id, "action": r.action}, format_summary(r)
         )

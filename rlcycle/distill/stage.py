@@ -47,7 +47,7 @@ from rlcycle import console
 from rlcycle import io as rio
 from rlcycle.config import cfg, check_range
 from rlcycle.distill import advantages, features, monitors, rewards
-from rlcycle.distill.spec import CREDITS, RewardSpec, default_spec
+from rlcycle.distill.spec import CREDITS, RewardSpec, default_spec, load_spec
 from rlcycle.errors import InputError
 from rlcycle.schema import EXAMPLES, TRAJECTORIES, check, conform
 from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
@@ -388,12 +388,23 @@ def _p(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:.1f}%"
 
 
-# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+# --- the stage object (rlcycle/stage.py): what `rlcycle distill` and the cycle both run --------
+
+
+@dataclass(frozen=True)
+class DistillArgs:
+    """What one distill reads and writes: `run`'s arguments past the config."""
+
+    trajectories: str  # trajectories.arrow (or .parquet), or `-`
+    out: str  # examples.arrow (or .parquet), or `-`
+    spec: RewardSpec | None = None  # default: every built-in signal with its defaults
+    report: str | None = None  # default: reward_report.json beside `out`
+    quiet: bool = False
 
 
 class DistillStage:
-    """The cycle's distill: collect's trajectories and the reward spec -> training examples.
-    The spec's own [distill] table sits under the cycle's (rlcycle.cycle.load_config)."""
+    """distill as a stage: collect's trajectories and the reward spec -> training examples. In
+    a cycle the spec's own [distill] table sits under the cycle's (rlcycle.cycle.load_config)."""
 
     name = "distill"
     config_class = DistillConfig
@@ -406,11 +417,15 @@ class DistillStage:
     def outputs(self, layout: RunLayout) -> dict[str, Path]:
         return {"examples": layout.file("examples"), "report": layout.file("reward_report")}
 
-    def run(self, config: DistillConfig, ctx: StageContext) -> Outcome:
-        from rlcycle.distill.spec import load_spec
-
+    def args(self, ctx: StageContext) -> DistillArgs:
         traj, out = ctx.layout.file("trajectories"), ctx.layout.file("examples")
-        r = run(config, str(traj), str(out), load_spec(ctx.reward_spec), quiet=ctx.quiet)
+        return DistillArgs(str(traj), str(out), load_spec(ctx.reward_spec), quiet=ctx.quiet)
+
+    def run(self, config: DistillConfig, args: DistillArgs) -> DistillResult:
+        return run(config, args.trajectories, args.out, args.spec, report=args.report, quiet=args.quiet)
+
+    def record(self, result: DistillResult) -> Outcome:
+        r = result
         return Outcome({"rows": r.rows, "included": r.included, "excluded": r.excluded}, format_summary(r))
 
 

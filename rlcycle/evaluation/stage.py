@@ -271,12 +271,23 @@ def _fmt(x) -> str:
     return f"{x:.3f}" if isinstance(x, float) else str(x)
 
 
-# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+# --- the stage object (rlcycle/stage.py): what `rlcycle eval` and the cycle both run -----------
+
+
+@dataclass(frozen=True)
+class EvalArgs:
+    """What one eval compares and writes: `run`'s arguments past the config."""
+
+    candidate: str  # checkpoint dir, registry alias, URL (URL#MODEL) or scripted:...
+    baseline: str  # the same forms
+    tasks: str | Path  # the task suite directory
+    out: str | Path  # eval_results.arrow (verdict.json goes beside it)
+    registry: str | Path | None = None  # the registry directory aliases resolve in
 
 
 class EvalStage:
-    """The cycle's eval: train's checkpoint against the pinned base on the cycle's suite. A
-    gate: its `decision` decides whether the cycle goes on to deploy."""
+    """eval as a stage: a candidate against a baseline on a suite (in a cycle: train's checkpoint
+    against the pinned base). A gate: its `decision` decides whether the cycle goes on."""
 
     name = "eval"
     config_class = EvalConfig
@@ -292,9 +303,15 @@ class EvalStage:
     def outputs(self, layout: RunLayout) -> dict[str, Path]:
         return {"results": layout.file("eval_results"), "verdict": layout.file("verdict")}
 
-    def run(self, config: EvalConfig, ctx: StageContext) -> Outcome:
+    def args(self, ctx: StageContext) -> EvalArgs:
         ckpt, out = ctx.layout.file("checkpoint"), ctx.layout.file("eval_results")
-        r = run(config, str(ckpt), str(ctx.base_path), ctx.tasks, out, registry=ctx.registry)
+        return EvalArgs(str(ckpt), str(ctx.base_path), ctx.tasks, out, registry=ctx.registry)
+
+    def run(self, config: EvalConfig, args: EvalArgs) -> EvalResult:
+        return run(config, args.candidate, args.baseline, args.tasks, args.out, registry=args.registry)
+
+    def record(self, result: EvalResult) -> Outcome:
+        r = result
         failed = [g["name"] for g in r.verdict.get("gates", []) if not g["passed"]]
         record = {
             "decision": r.decision,

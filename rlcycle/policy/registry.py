@@ -44,8 +44,6 @@ from rlcycle.errors import InputError, RlcycleError
 from rlcycle.faults import crash_point
 from rlcycle.schema import DEPLOYMENTS
 
-ALIASES = ("production", "previous", "candidate")
-
 
 def checkpoint_id(path: str | Path) -> str:
     """The content id of a checkpoint directory."""

@@ -341,11 +341,22 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
 
-# --- the stage in a cycle (rlcycle/stage.py) ------------------------------------------------
+# --- the stage object (rlcycle/stage.py): what `rlcycle simulate` and the cycle both run -------
+
+
+@dataclass(frozen=True)
+class SimulateArgs:
+    """What one simulate reads and writes: `run`'s arguments past the config."""
+
+    policy: Any  # a Policy, or a reference: checkpoint dir, registry alias, URL, scripted:...
+    tasks: Any  # a suite directory or a list of Tasks
+    out: str | Path  # events .jsonl, or `-`
+    registry: str | Path | None = None  # the registry directory a policy alias resolves in
+    quiet: bool = False
 
 
 class SimulateStage:
-    """The cycle's simulate: the pinned base policy on the cycle's task suite -> events."""
+    """simulate as a stage: a policy (in a cycle, the pinned base) on a task suite -> events."""
 
     name = "simulate"
     config_class = SimulateConfig
@@ -357,10 +368,15 @@ class SimulateStage:
     def outputs(self, layout: RunLayout) -> dict[str, Path]:
         return {"events": layout.file("events")}
 
-    def run(self, config: SimulateConfig, ctx: StageContext) -> Outcome:
+    def args(self, ctx: StageContext) -> SimulateArgs:
         out = ctx.layout.file("events")
-        r = run(config, str(ctx.base_path), ctx.tasks, out, quiet=ctx.quiet, registry=ctx.registry)
-        return Outcome({"episodes": r.episodes, "output": str(out)}, format_summary(r))
+        return SimulateArgs(str(ctx.base_path), ctx.tasks, out, registry=ctx.registry, quiet=ctx.quiet)
+
+    def run(self, config: SimulateConfig, args: SimulateArgs) -> SimulateResult:
+        return run(config, args.policy, args.tasks, args.out, quiet=args.quiet, registry=args.registry)
+
+    def record(self, result: SimulateResult) -> Outcome:
+        return Outcome({"episodes": result.episodes, "output": result.output}, format_summary(result))
 
 
 STAGE = SimulateStage()

@@ -4,20 +4,40 @@
 in the order the data flows: config (TrainConfig), data (examples -> micro-batches), loss (the
 objectives and their math), loop (Accelerate steps, resume), checkpoint (HF save + rlcycle.json),
 launch (N processes via torchrun). Importing this package does not import torch, which is why
-`TrainStage` (the stage as `rlcycle cycle` runs it, rlcycle/stage.py) lives here.
+`TrainStage` (the stage object `rlcycle train` and `rlcycle cycle` both run, rlcycle/stage.py)
+lives here.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 from rlcycle.train.config import TrainConfig
 
-__all__ = ["STAGE", "TrainConfig", "TrainStage"]
+if TYPE_CHECKING:
+    from rlcycle.train.stage import TrainResult
+
+__all__ = ["STAGE", "TrainArgs", "TrainConfig", "TrainStage"]
+
+
+@dataclass(frozen=True)
+class TrainArgs:
+    """What one train reads and writes: `run`'s arguments past the config."""
+
+    examples: list[str]  # examples.arrow file(s) from distill
+    base: str | Path  # the base checkpoint directory
+    out: str | Path  # the checkpoint directory to write (its saved state: OUT.state)
+    metrics: str | None = None  # default: OUT/train_metrics.arrow
+    overwrite: bool = False  # replace OUT if it exists
+    quiet: bool = False
 
 
 class TrainStage:
-    """The cycle's train: distill's examples on the pinned base -> a checkpoint (resumable: a
-    rerun continues its own optimizer state). torch is imported only when it really runs."""
+    """train as a stage: distill's examples on the base -> a checkpoint (resumable: a rerun
+    continues its own optimizer state). torch is imported only when it really runs."""
 
     name = "train"
     config_class = TrainConfig
@@ -29,12 +49,27 @@ class TrainStage:
     def outputs(self, layout: RunLayout) -> dict[str, Path]:
         return {"checkpoint": layout.file("checkpoint")}
 
-    def run(self, config: TrainConfig, ctx: StageContext) -> Outcome:
-        from rlcycle.train.stage import format_summary, run
-
+    def args(self, ctx: StageContext) -> TrainArgs:
         examples, out = ctx.layout.file("examples"), ctx.layout.file("checkpoint")
-        r = run(config, str(examples), ctx.base_path, out, overwrite=True, quiet=ctx.quiet)
-        return Outcome({"checkpoint_id": r.checkpoint_id, "steps": r.steps}, format_summary(r))
+        return TrainArgs([str(examples)], ctx.base_path, out, overwrite=True, quiet=ctx.quiet)
+
+    def run(self, config: TrainConfig, args: TrainArgs) -> TrainResult:
+        from rlcycle.train.stage import run
+
+        return run(
+            config,
+            args.examples,
+            args.base,
+            args.out,
+            metrics_path=args.metrics,
+            overwrite=args.overwrite,
+            quiet=args.quiet,
+        )
+
+    def record(self, result: TrainResult) -> Outcome:
+        from rlcycle.train.stage import format_summary
+
+        return Outcome({"checkpoint_id": result.checkpoint_id, "steps": result.steps}, format_summary(result))
 
 
 STAGE = TrainStage()
