@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import SAMPLE
 
 from experiments.closed_loop import run as loop
 from experiments.closed_loop.report import ab_cells, loop_metrics
@@ -210,6 +211,7 @@ def test_arms_differ_only_in_their_distill_switch():
     assert t == c == n  # everything else identical: traffic seed, sessions, training
     # the same traffic seeds in every arm; the measure run's is fresh and the same too
     assert loop.seeds(1, 2) == [("cycle-1", 1001), ("cycle-2", 1002), ("measure", 1900)]
+    assert loop.seeds(1, 2, heldout=True)[-1] == ("measure-heldout", 1901)  # its own fresh sessions
     assert loop.main(["--arms", "treatment,bogus", "--report-only"]) == 2
     assert loop.main(["--arms", "treatment,bogus", "--out", "/nonexistent/x"]) == 2
 
@@ -289,6 +291,8 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
             "4",
             "--start",
             str(start),
+            "--heldout",
+            str(SAMPLE / "edit_tasks" / "heldout"),
             "--out",
             str(root),
             "--json",
@@ -332,6 +336,21 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
     assert experiment["paired"] == {last.replace("/", " "): 4}
     assert experiment["vs_v0"][last]["tests_pass_rate"]["diff"]["kind"] == "paired"
     assert (root / "report.txt").read_text().startswith("Experiment: arms treatment")
+    # held-out: v0 and the last version on the same fresh sessions of tasks the arm never saw,
+    # kept out of the arm's per-version report (its versions were measured on training tasks)
+    held = [
+        pl.read_ipc(root / run / "measure-heldout" / "collect" / "trajectories.arrow") for run in ("v0", "treatment")
+    ]
+    held_keys = [t.get_column("pair_key").unique().sort().to_list() for t in held]
+    assert held_keys[0] == held_keys[1] and len(held_keys[0]) == 4 and not set(held_keys[0]) & set(keys[0])
+    for arm in ("v0", "treatment"):
+        cfg = json.loads((root / arm / "measure-heldout.config.json").read_text())
+        assert cfg["tasks"] == str((SAMPLE / "edit_tasks" / "heldout").resolve())
+    assert record["v0"]["heldout"]["name"] == record["arms"]["treatment"]["heldout"]["name"] == "measure-heldout"
+    assert all(c["name"] != "measure-heldout" for c in record["arms"]["treatment"]["cycles"])
+    assert experiment["heldout"]["paired"] == {last.replace("/", " "): 4}
+    assert experiment["heldout"]["vs_v0"][last]["tests_pass_rate"]["diff"]["kind"] == "paired"
+    assert "=== held-out tasks" in (root / "report.txt").read_text()
     # the arm's registry home holds what it deployed; the process's RLCYCLE_HOME is untouched
     from rlcycle.policy.registry import Registry
 

@@ -13,7 +13,10 @@ each with a 95% CI that excludes 0, and control's last version beats v0 on neith
 difference is rlcycle.stats.difference via rlcycle/report/ab.py (independent traffic: the
 versions were measured on different sessions; sessions are the clusters), except with a v0
 measure run (`OUT/v0/measure`, the start served on the measure traffic): then every row is its
-version on the measure traffic alone, and each difference is paired by session.
+version on the measure traffic alone, and each difference is paired by session. With held-out
+runs (`OUT/<arm>/measure-heldout`, run.py --heldout) the same paired tables and verdict are made
+a second time on the held-out tasks (`heldout` in the dict): a result that holds there is a skill,
+not the training tasks learnt by heart.
 
 Why paired: the measure runs of v0 and of every arm's last version use one traffic seed, so
 their sessions carry the same `pair_key`s (rlcycle/agent/events.py: seed, task, attempt): the
@@ -56,6 +59,7 @@ C = pl.col
 STAGES = ("simulate", "collect", "distill", "train", "eval", "deploy")
 V0 = "v0"
 MEASURE = "measure"
+HELDOUT = "measure-heldout"  # run.py --heldout: the measure run on tasks no arm trained on
 Measured = tuple[dict[str, Any], pl.DataFrame, pl.DataFrame]
 
 
@@ -117,12 +121,53 @@ def build_experiment(out: Path, record: dict[str, Any]) -> dict[str, Any]:
         "vs_control": vs_control,
         "paired": None if pairing is None else pairing["matched"],
         "verdict": verdict(last, vs_v0, vs_control),
+        "heldout": heldout_block(out, record, last, metric_names, names) if pairing is not None else None,
         "seconds": stage_seconds(arms),
     }
 
 
+def heldout_block(
+    out: Path, record: dict[str, Any], last: dict[str, tuple[str, str]], metric_names: list[str], names: dict
+) -> dict[str, Any] | None:
+    """v0 and every arm's last version on the held-out tasks: rows, paired differences against
+    v0 and control, the verdict; None when the experiment ran no held-out measure runs."""
+    if not (record.get("v0") or {}).get("heldout") or any("heldout" not in record["arms"].get(arm, {}) for arm in last):
+        return None
+    view = {
+        **record,
+        "v0": _heldout_view(record["v0"]),
+        "arms": {arm: _heldout_view(runs) for arm, runs in record["arms"].items()},
+    }
+    pairing = _paired_rows(out, view, {}, last, HELDOUT)
+    if pairing is None:
+        return None
+    rows, m, v0 = pairing["rows"], pairing["measured"], (V0, V0)
+    vs_v0 = ab.ab_table(rows, v0, metric_names, DIRECTIONS)
+    vs_v0 = {k: paired_cells(m[v0], m[k], metric_names, c) for k, c in vs_v0.items() if k in last.values()}
+    vs_control: dict[Any, dict[str, ab.Cell]] = {}
+    if "control" in last and len(last) > 1:
+        base = last["control"]
+        pair = {base: rows[base], **{k: rows[k] for a, k in last.items() if a != "control"}}
+        cells = ab.ab_table(pair, base, metric_names, DIRECTIONS)
+        vs_control = {k: paired_cells(m[base], m[k], metric_names, c) for k, c in cells.items()}
+    return {
+        "tasks": record.get("heldout"),
+        "rows": rows,
+        "names": {v0: V0, **{k: names[k] for k in last.values()}},
+        "vs_v0": vs_v0,
+        "vs_control": vs_control,
+        "paired": pairing["matched"],
+        "verdict": verdict(last, vs_v0, vs_control),
+    }
+
+
+def _heldout_view(runs: dict[str, Any]) -> dict[str, Any]:
+    """An arm's runs as `_paired_rows` reads them, with the held-out run as its only run."""
+    return {**runs, "cycles": [runs["heldout"]] if "heldout" in runs else []}
+
+
 def _paired_rows(
-    out: Path, record: dict[str, Any], arms: dict[str, Any], last: dict[str, tuple[str, str]]
+    out: Path, record: dict[str, Any], arms: dict[str, Any], last: dict[str, tuple[str, str]], name: str = MEASURE
 ) -> dict[str, Any] | None:
     """With a v0 measure run (OUT/v0/measure), every row from the measure traffic alone and the
     facts to pair them by session (`measured_run`); None without one, or when an
@@ -131,10 +176,10 @@ def _paired_rows(
         return None
     first_arm = next(iter(record["arms"]))
     scoring = _scoring(out / first_arm, record["arms"][first_arm])
-    m0 = measured_run(out / V0, record["v0"], scoring)
+    m0 = measured_run(out / V0, record["v0"], scoring, name)
     measured = {
         (V0, V0): m0,
-        **{key: measured_run(out / arm, record["arms"][arm], scoring) for arm, key in last.items()},
+        **{key: measured_run(out / arm, record["arms"][arm], scoring, name) for arm, key in last.items()},
     }
     if any(m is None for m in measured.values()):
         return None
@@ -142,7 +187,7 @@ def _paired_rows(
     for (arm, label), m in measured.items():
         runs = record["v0"] if arm == V0 else record["arms"][arm]
         row = _estimates(m[0])
-        reward = _rewards(out / arm, {"cycles": [c for c in runs["cycles"] if c["name"] == MEASURE]})
+        reward = _rewards(out / arm, {"cycles": [c for c in runs["cycles"] if c["name"] == name]})
         if reward:  # the measure run's distill: one version
             row["reward"] = next(iter(reward.values()))
         rows[(arm, label)] = row
@@ -243,6 +288,8 @@ def render_experiment(report: dict[str, Any]) -> str:
     w("")
     v = report["verdict"]
     w(f"Learned? {'YES' if v['learned'] else 'NO' if v['learned'] is False else 'n/a'}: {v['summary']}.")
+    if report.get("heldout"):
+        lines += _heldout_lines(report["heldout"], names)
     w("")
     w("Seconds per stage (median over the cycles that ran it; cached stages left out)")
     header = ["arm", *STAGES, "per cycle", "measure", "arm total"]
@@ -259,15 +306,38 @@ def render_experiment(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _heldout_lines(h: dict[str, Any], names: dict[str, Any]) -> list[str]:
+    """The held-out block as text: the same tables and verdict on tasks no arm trained on."""
+    lines = ["", f"=== held-out tasks ({h['tasks']}): v0 and each arm's last version, no arm trained on them ==="]
+    pairs = ", ".join(f"{k} {n}" for k, n in h["paired"].items())
+    lines.append(
+        f"  every version on the same held-out sessions; differences paired by session (matched with v0: {pairs})"
+    )
+    lines += text.metrics_lines(h["rows"], h["names"], names)
+    if h["vs_v0"]:
+        lines += ["", "Held-out: each arm's last version minus v0"]
+        lines += text.ab_lines(h["vs_v0"], h["names"], V0, names)
+    if h["vs_control"]:
+        base = next(k for k in h["names"] if k[0] == "control")
+        lines += ["", f"Held-out: each arm's last version minus control's ({h['names'][base]})"]
+        lines += text.ab_lines(h["vs_control"], h["names"], h["names"][base], names)
+    v = h["verdict"]
+    lines += [
+        "",
+        f"Learned on held-out tasks? {'YES' if v['learned'] else 'NO' if v['learned'] is False else 'n/a'}: {v['summary']}.",
+    ]
+    return lines
+
+
 # --- paired by session ---------------------------------------------------------------------------
 
 
-def measured_run(out: Path, runs: dict[str, Any], scoring: Scoring) -> Measured | None:
-    """(metrics of the one version its measure run served, its episode facts and its user-label
-    facts, both keyed by pair key), None when the run has no trajectories."""
-    if not any(c["name"] == MEASURE for c in runs["cycles"]):
+def measured_run(out: Path, runs: dict[str, Any], scoring: Scoring, name: str = MEASURE) -> Measured | None:
+    """(metrics of the one version its measure run `name` served, its episode facts and its
+    user-label facts, both keyed by pair key), None when the run has no trajectories."""
+    if not any(c["name"] == name for c in runs["cycles"]):
         return None
-    traj = table(rundir(out / MEASURE), "trajectories", online.REQUIRED, online.OPTIONAL)
+    traj = table(rundir(out / name), "trajectories", online.REQUIRED, online.OPTIONAL)
     if traj is None:
         return None
     traj = with_user_verdict(traj)

@@ -30,7 +30,9 @@ Read top to bottom, the program does this:
   4. `OUT/<arm>/measure` (the cycle until distill, seed 1000*seed + 900, no arm switch) measures
      the version the arm deployed last on fresh traffic; with `--start` or `--warm-start`,
      `OUT/v0/measure` measures the start on the same sessions, and the differences are paired
-     by session (the `pair_key` simulate writes);
+     by session (the `pair_key` simulate writes); with `--heldout DIR`, `OUT/<arm>/measure-heldout`
+     (seed 1000*seed + 901) measures v0 and every arm's last version the same way on tasks no arm
+     trained on (kept out of the arm's per-version report: a separate block of the experiment's);
   5. the report (report.py per arm, compare.py across arms): online metrics per version with 95%
      CIs, each last version minus v0 and minus control's, each cycle's eval decision, seconds
      per stage, the verdicts; `rlcycle report` of the real run directories into
@@ -102,13 +104,17 @@ ARMS: dict[str, list[str]] = {
 }
 V0 = compare.V0  # OUT/v0/measure: the start on the measure traffic
 MEASURE = compare.MEASURE
+HELDOUT = compare.HELDOUT
 MEASURE_SEED = 900  # + 1000 * seed: the fresh traffic every arm's last version is measured on
+HELDOUT_SEED = 901  # + 1000 * seed: the same on the held-out tasks
 TINY_SEED = 0  # the tiny default model's seed when no start is given
 
 
-def seeds(seed: int, cycles: int) -> list[tuple[str, int]]:
-    """(run name, simulate seed) of the cycles and the measure run: the same in every arm."""
-    return [(f"cycle-{k}", 1000 * seed + k) for k in range(1, cycles + 1)] + [(MEASURE, 1000 * seed + MEASURE_SEED)]
+def seeds(seed: int, cycles: int, heldout: bool = False) -> list[tuple[str, int]]:
+    """(run name, simulate seed) of the cycles, the measure run and (`heldout`) the held-out
+    measure run: the same in every arm."""
+    runs = [(f"cycle-{k}", 1000 * seed + k) for k in range(1, cycles + 1)] + [(MEASURE, 1000 * seed + MEASURE_SEED)]
+    return runs + ([(HELDOUT, 1000 * seed + HELDOUT_SEED)] if heldout else [])
 
 
 def cycle_config(
@@ -196,11 +202,13 @@ def run_cycle(cfg: CycleConfig, until: str | None, quiet: bool, log: Any) -> dic
 def plan(arm: str, o: dict[str, Any], out: Path, paired: bool) -> list[tuple[str, int, CycleConfig]]:
     """(run name, traffic seed, cycle config) of an arm's runs, in order (arm V0: just the
     measure run, of the start: the row every arm's last version is paired with)."""
-    runs = seeds(o["seed"], o["cycles"])
-    runs = runs[-1:] if arm == V0 else runs[:-1] if o["no_measure"] else runs
+    runs = seeds(o["seed"], o["cycles"], bool(o.get("heldout")))
+    cycles = [r for r in runs if r[0].startswith("cycle-")]
+    measures = [r for r in runs if not r[0].startswith("cycle-")]
+    runs = measures if arm == V0 else cycles if o["no_measure"] else cycles + measures
     configs = []
     for name, seed in runs:
-        measure = name == MEASURE
+        measure = name in (MEASURE, HELDOUT)
         episodes = (o["measure_episodes"] or o["episodes"]) if measure else o["episodes"]
         # The measure run only measures: the same config in every arm (no switch), until distill,
         # so the version's mean reward under the plain spec is known.
@@ -210,7 +218,7 @@ def plan(arm: str, o: dict[str, Any], out: Path, paired: bool) -> list[tuple[str
             None if measure else arm,
             seed,
             episodes,
-            o["tasks"],
+            o["heldout"] if name == HELDOUT else o["tasks"],
             paired,
             o["sets"],
         )
@@ -219,13 +227,15 @@ def plan(arm: str, o: dict[str, Any], out: Path, paired: bool) -> list[tuple[str
 
 
 def run_arm(arm: str, o: dict[str, Any], out: Path, start: dict[str, Any], first: Path | None) -> dict[str, Any]:
-    """One arm: its home, the start as production, its runs (`plan`) one after the other."""
+    """One arm: its home, the start as production, its runs (`plan`) one after the other. The
+    held-out measure run is kept apart (`runs["heldout"]`): the arm's per-version report reads
+    `cycles`, whose versions are measured on the training tasks."""
     home = out / arm / "home"
     runs: dict[str, Any] = {"arm": arm, "started": _now(), "cycles": [], "home": str(home), "start": start}
     (out / arm).mkdir(parents=True, exist_ok=True)
     register_start(home, start)
     for name, seed, cfg in plan(arm, o, out, start["paired"]):
-        run_dir, measure = Path(cfg.run_dir), name == MEASURE
+        run_dir, measure = Path(cfg.run_dir), name in (MEASURE, HELDOUT)
         save_resolved(cfg, out / arm / f"{name}.config.json")
         shared = name == "cycle-1" and first is not None and share_first_cycle(first, run_dir)
         o["log"](f"{arm}/{name}: cycle in {run_dir}" + (" (cycle-1 traffic shared)" if shared else ""))
@@ -233,11 +243,16 @@ def run_arm(arm: str, o: dict[str, Any], out: Path, start: dict[str, Any], first
         result = run_cycle(cfg, "distill" if measure else None, o["quiet"], o["log"])
         result.update(name=name, seed=seed, wall_s=round(time.monotonic() - started, 1), shared_traffic=shared)
         (out / arm / f"{name}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-        runs["cycles"].append(result)
+        if name == HELDOUT:
+            runs["heldout"] = result
+        else:
+            runs["cycles"].append(result)
         if result["exit_code"] not in (0, EXIT_GATE_REFUSED):  # refused: production stays, the loop goes on
             o["log"](f"{arm}/{name}: failed (exit {result['exit_code']}); stopping this arm")
             break
-    runs["wall_s"] = round(sum(c["wall_s"] for c in runs["cycles"]), 1)
+    runs["wall_s"] = round(
+        sum(c["wall_s"] for c in [*runs["cycles"], *([runs["heldout"]] if "heldout" in runs else [])]), 1
+    )
     (out / arm / "runs.json").write_text(json.dumps(runs, indent=2) + "\n")
     return runs
 
@@ -247,7 +262,7 @@ def run_experiment(o: dict[str, Any], out: Path) -> dict[str, Any]:
     started = time.monotonic()
     record: dict[str, Any] = {
         "started": _now(),
-        **{k: o[k] for k in ("seed", "cycles", "episodes", "tasks", "sets")},
+        **{k: o[k] for k in ("seed", "cycles", "episodes", "tasks", "heldout", "sets")},
         "arms": {},
     }
     record["start"] = make_start(out, o["start"], o["warm_start"], o["tasks"], o["log"])
@@ -309,6 +324,9 @@ def experiment(
     seed: int = typer.Option(0, "--seed", help="Cycle k's traffic seed is 1000*seed+k, the measure run's +900."),
     out: Path = typer.Option(Path("runs/closed_loop"), "--out", help="Output directory (must not hold runs yet)."),
     tasks: Path = typer.Option(Path("sample_data/tasks"), "--tasks", help="Task suite for simulate and eval."),
+    heldout: Path = typer.Option(
+        None, "--heldout", help="Tasks no arm trains on: v0 and each arm's last version measured there too."
+    ),
     start: Path = typer.Option(None, "--start", help="Checkpoint every arm starts from (registered as production)."),
     warm_start: bool = typer.Option(False, "--warm-start", help="Start from init-model --warm-start TASKS, made once."),
     no_measure: bool = typer.Option(False, "--no-measure", help="Skip measuring the last versions on fresh traffic."),
@@ -325,6 +343,7 @@ def experiment(
         record = json.loads((out / "runs.json").read_text())
     else:
         o = _options(arms, cycles, episodes, measure_episodes, seed, tasks, start, warm_start, set_, out, plan_only)
+        o["heldout"] = _heldout(heldout, o)
         o.update(no_measure=no_measure, quiet=quiet, log=(lambda m: None) if quiet else _log)
         if plan_only:
             show_plan(o, out, as_json)
@@ -343,6 +362,20 @@ def experiment(
         typer.echo(text)
     runs = [c for r in record["arms"].values() for c in r["cycles"]] + (record.get("v0") or {}).get("cycles", [])
     return 0 if all(c["exit_code"] in (0, EXIT_GATE_REFUSED) for c in runs) else 1
+
+
+def _heldout(heldout: Path | None, o: dict[str, Any]) -> str | None:
+    """The held-out suite, checked: a directory other than the training tasks, measured only
+    where v0 is (a chosen start) and the arms are measured (no --no-measure)."""
+    if heldout is None:
+        return None
+    if not heldout.is_dir():
+        raise InputError(f"--heldout {heldout}: no such directory", hint="pass a task suite directory")
+    if str(heldout.resolve()) == o["tasks"]:
+        raise InputError(f"--heldout {heldout}: the training tasks themselves", hint="pass tasks no arm trains on")
+    if o["start"] is None and not o["warm_start"]:
+        raise InputError("--heldout needs --start or --warm-start", hint="v0 is measured only from a chosen start")
+    return str(heldout.resolve())
 
 
 def _options(arms, cycles, episodes, measure_episodes, seed, tasks, start, warm_start, sets, out, plan_only=False):
