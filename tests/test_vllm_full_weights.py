@@ -62,7 +62,7 @@ def test_a_full_weight_checkpoint_reaches_vllm_by_a_restart(vllm, full_ckpt, cli
             pytest.fail(f"vLLM did not start: {e.message[:2000]}")
         pytest.skip(f"vLLM did not start: {e.message[:500]}")
     with server:
-        assert server.target.base == full_ckpt.resolve() and not server.target.adapters
+        assert server.target.checkpoint_id == full_id and not server.target.adapters  # its registry copy
         policy = load_policy(server.url + "#production", registry=registry).identify()
         local = HFPolicy.from_pretrained(full_ckpt, HFPolicyConfig(device="cpu", dtype="float32", num_threads=1))
         try:
