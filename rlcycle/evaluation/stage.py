@@ -162,7 +162,9 @@ def _served(config: EvalConfig, candidate: str, baseline: str, registry: str | P
     cand_ref, cand_dir = on_server(config.server, candidate, registry)
     base_ref, base_dir = on_server(config.server, baseline, registry)
     config = dataclasses.replace(config, tokenizer=config.tokenizer or str(base_dir))
-    with AdapterLoaded(config.server, cand_dir):
+    from rlcycle.policy.http import HTTPPolicy
+
+    with AdapterLoaded(HTTPPolicy(config.server), cand_dir):
         yield config, cand_ref, base_ref
 
 

@@ -222,11 +222,11 @@ class AdapterLoaded:
     both). A checkpoint without an adapter is left alone: full weights are served only if the
     server was started on them (`identify` then finds them by their root, or says it cannot)."""
 
-    def __init__(self, server: str, checkpoint: Path):
-        from rlcycle.policy.http import HTTPPolicy
-
+    def __init__(self, policy: Any, checkpoint: Path):
+        """`policy`: an `HTTPPolicy` of the server (its `get`, `base_url`, `api_key`), closed at
+        the end of the block."""
         self.checkpoint = checkpoint
-        self.policy = HTTPPolicy(server)
+        self.policy = policy
         self.name: str | None = None  # set when loaded here
 
     def __enter__(self) -> AdapterLoaded:
