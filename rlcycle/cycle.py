@@ -43,6 +43,7 @@ import fcntl
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -106,6 +107,15 @@ class CycleConfig:
     reward_spec: str = cfg(
         str(resources.reward_spec()), help="Reward spec for distill (default: rlcycle/data/rewards.toml)."
     )
+    serving_url: str | None = cfg(
+        None,
+        help="An OpenAI-compatible server (vLLM: `rlcycle serve --engine vllm --policy production`) serving "
+        "the base: sets simulate.server and eval.server where they are not set, so simulate samples the base "
+        "and eval runs both arms there, each checkpoint asked for by its served identity (its adapter "
+        "rlcycle-<12 hex>, or full weights rooted at its directory). `{serving_url}` and `{python}` (this "
+        "interpreter) in deploy.hook are replaced, e.g. `{python} -m rlcycle.deploy.vllm --url {serving_url}`. "
+        "Needs train.lora.r > 0 (vLLM hot-loads adapters). None: every stage in-process (docs/vllm.md).",
+    )
     # The stage tables: each stage's own defaults (production defaults) under what a table sets.
     simulate: SimulateConfig = cfg(SimulateConfig(), help="[cycle.simulate]: SimulateConfig keys (rlcycle simulate).")
     collect: CollectConfig = cfg(CollectConfig(), help="[cycle.collect]: CollectConfig keys (rlcycle collect).")
@@ -123,6 +133,15 @@ class CycleConfig:
             problems.append(f"source={self.source!r}: must be logs or simulate")
         if self.source == "logs" and not self.events:
             problems.append("events: source=logs needs at least one event path")
+        if self.serving_url is not None and not self.serving_url.startswith(("http://", "https://")):
+            problems.append(f"serving_url={self.serving_url!r}: an http(s):// URL")
+        if self.serving_url is None and "{serving_url}" in (self.deploy.hook or ""):
+            problems.append("deploy.hook names {serving_url}, but serving_url is not set")
+        if self.serving_url is not None and self.train.lora.r == 0:
+            problems.append(
+                "serving_url: train.lora.r = 0 trains full weights, which a running vLLM cannot hot-load; "
+                "set train.lora.r (e.g. 16) or drop serving_url (full weights: docs/vllm.md, restart)"
+            )
         return problems
 
 
@@ -388,13 +407,27 @@ class Cycle:
 
 
 def stage_config(config: CycleConfig, stage: Stage) -> Any:
-    """The stage's config: the cycle config's `[cycle.<name>]` table, already typed."""
+    """The stage's config: the cycle config's `[cycle.<name>]` table, already typed, with
+    `serving_url` filled in (`_served`)."""
     table = getattr(config, stage.name)
     if not isinstance(table, stage.config_class):
         raise InputError(
             f"cycle config: {stage.name} is a {type(table).__name__}, expected a {stage.config_class.__name__}",
             hint="build CycleConfig with load_config() or resolve(), or pass the stage's config class",
         )
+    return _served(config.serving_url, table)
+
+
+def _served(url: str | None, table: Any) -> Any:
+    """A stage table with the cycle's serving URL: a `server` key it leaves unset (simulate,
+    eval) gets the URL; a `hook` (deploy) gets `{serving_url}` and `{python}` replaced (the
+    interpreter running the cycle: a cron job's PATH need not hold rlcycle's venv)."""
+    if url is not None and getattr(table, "server", "") is None:
+        return dataclasses.replace(table, server=url)
+    hook = getattr(table, "hook", None)
+    if isinstance(hook, str):
+        hook = hook.replace("{python}", sys.executable)
+        return dataclasses.replace(table, hook=hook if url is None else hook.replace("{serving_url}", url))
     return table
 
 

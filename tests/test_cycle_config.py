@@ -131,7 +131,7 @@ def test_the_cron_example_of_the_docs_is_the_packaged_one_and_resolves_as_docume
 def test_an_unknown_config_name_lists_the_packaged_ones(cli):
     r = cli(["cycle", "--config", "prod", "--dry-run"])
     assert r.exit_code == 2 and "--config prod: no such file" in r.error
-    assert "Hint: packaged configs: cron, demo" in r.error
+    assert "Hint: packaged configs: cron, demo, vllm" in r.error
 
 
 def test_an_empty_registry_is_an_error_without_bootstrap_and_nothing_is_written(cli, tmp_path, monkeypatch):

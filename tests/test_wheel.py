@@ -119,6 +119,7 @@ def test_sdist_and_wheel_hold_the_package_data(dist):
         "rlcycle/sandbox/executor.py",
         "rlcycle/configs/demo.toml",
         "rlcycle/configs/cron.toml",
+        "rlcycle/configs/vllm.toml",
     ):
         assert want in names and want in snames, want
     assert not [n for n in names if n.startswith(("tests/", "sample_data/", "scripts/")) or "__pycache__" in n]

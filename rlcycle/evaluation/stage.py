@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -52,6 +54,14 @@ class EvalConfig(GateConfig):
     tokenizer: str | None = cfg(
         None,
         help="Tokenizer for scripted policies (default: sample_data/tokenizer) and for http policies (required).",
+    )
+    server: str | None = cfg(
+        None,
+        help="Run both policies on this OpenAI-compatible server (vLLM) instead of in-process: each checkpoint "
+        "(directory, alias or id) is asked for by its served identity (URL#CHECKPOINT: its adapter "
+        "rlcycle-<12 hex>, or full weights rooted at its directory). A LoRA candidate the server does not list "
+        "is loaded for the run under that name and unloaded after (vLLM's runtime LoRA API). Prompts are "
+        "rendered with the baseline checkpoint's tokenizer unless `tokenizer` is set. None: in-process.",
     )
     max_tasks: int | None = cfg(
         None, help="Evaluate at most this many tasks, taken round-robin over clusters (none = all)."
@@ -134,6 +144,42 @@ def run(
     if not tasks:
         raise InputError(f"{tasks_dir}: no tasks", hint="`rlcycle tasks ls DIR` lists a suite")
     runner = config.episode_runner()
+    with _served(config, candidate, baseline, registry) as (config, candidate, baseline):
+        return _evaluate(config, runner, tasks, candidate, baseline, tasks_dir, out, registry, started)
+
+
+@contextmanager
+def _served(config: EvalConfig, candidate: str, baseline: str, registry: str | Path | None) -> Iterator[tuple]:
+    """`server` set: both checkpoints as the server serves them (URL#CHECKPOINT), the baseline's
+    tokenizer, and the candidate's adapter loaded for the run (rlcycle/policy/served.py).
+    Why served and not in-process: the gate then compares the two on the engine production
+    runs, with its numerics and its latency (docs/vllm.md, "The whole cycle on vLLM")."""
+    if config.server is None:
+        yield config, candidate, baseline
+        return
+    from rlcycle.policy.served import AdapterLoaded, on_server
+
+    cand_ref, cand_dir = on_server(config.server, candidate, registry)
+    base_ref, base_dir = on_server(config.server, baseline, registry)
+    config = dataclasses.replace(config, tokenizer=config.tokenizer or str(base_dir))
+    from rlcycle.policy.http import HTTPPolicy
+
+    with AdapterLoaded(HTTPPolicy(config.server), cand_dir):
+        yield config, cand_ref, base_ref
+
+
+def _evaluate(
+    config: EvalConfig,
+    runner: RunnerConfig,
+    tasks: list,
+    candidate: str,
+    baseline: str,
+    tasks_dir: str | Path,
+    out: Path,
+    registry: str | Path | None,
+    started: float,
+) -> EvalResult:
+    """Both policies over the tasks (warm-up, ABBA order), the verdict, the files."""
     cand = _policy(candidate, config, registry)
     base = _policy(baseline, config, registry)
     cand_name, base_name = f"candidate:{cand.name}", f"baseline:{base.name}"

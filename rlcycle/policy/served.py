@@ -202,3 +202,110 @@ def logprobs_processed(policy: Any, model: str) -> bool | None:
         return None
     mean = sum(abs(a - b) for a, b in zip(sampled.logprobs, raw, strict=True)) / len(raw)
     return mean > CHECK_MIN_MEAN_DIFF
+
+
+# --- a checkpoint asked for on a server (simulate's and eval's `server` key) -----------------
+
+
+def on_server(server: str, ref: Any, registry: str | Path | None) -> tuple[str, Path]:
+    """`SERVER#<checkpoint dir>` for a checkpoint reference (a directory, registry alias or
+    checkpoint id), and that directory: the policy is requested on the server by its served
+    identity (`identify`: its adapter `rlcycle-<12 hex>`, or full weights rooted there), and
+    prompts are rendered with the checkpoint's own tokenizer, the one its ids come from."""
+    from rlcycle.policy.registry import checkpoint_dir
+
+    if not isinstance(ref, (str, Path)) or str(ref).startswith(("http://", "https://", "scripted:")):
+        raise InputError(
+            f"policy {str(getattr(ref, 'name', ref))!r} with server={server}: the policy must be a checkpoint (directory, alias or id) "
+            "to be asked for on the server",
+            hint=f"pass the checkpoint, or drop `server` and pass {ref!r} as it is",
+        )
+    path = checkpoint_dir(str(ref), str(registry) if registry is not None else None).resolve()
+    return f"{server.rstrip('/')}#{path}", path
+
+
+class AdapterLoaded:
+    """A checkpoint's LoRA adapter loaded on a server for the length of a `with` block (eval's
+    candidate on `server`): loaded under its per-version name `rlcycle-<12 hex>` (the deploy
+    hook's, so a later deploy finds it listed) when the server does not list it yet, and
+    unloaded at the end only if it was loaded here. Needs vLLM's runtime LoRA API
+    (`--enable-lora`, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; `rlcycle serve --engine vllm` sets
+    both). A checkpoint without an adapter is left alone: full weights are served only if the
+    server was started on them (`identify` then finds them by their root, or says it cannot)."""
+
+    def __init__(self, policy: Any, checkpoint: Path):
+        """`policy`: an `HTTPPolicy` of the server (its `get`, `base_url`, `api_key`), closed at
+        the end of the block."""
+        self.checkpoint = checkpoint
+        self.policy = policy
+        self.name: str | None = None  # set when loaded here
+
+    def __enter__(self) -> AdapterLoaded:
+        from rlcycle.policy.registry import checkpoint_id
+
+        adapter = self.checkpoint / "adapter"
+        if not (adapter / "adapter_config.json").is_file():
+            return self
+        name = adapter_name(checkpoint_id(self.checkpoint))
+        listed = list(self.policy.get("/v1/models").get("data") or [])
+        if name in {str(m.get("id")) for m in listed}:
+            return self
+        _check_adapter_base(self.checkpoint, listed, self.policy.base_url)
+        problem = self._lora("load", {"lora_name": name, "lora_path": str(adapter.resolve())})
+        if problem:
+            raise RlcycleError(
+                f"{self.policy.base_url}: cannot load {self.checkpoint}'s adapter as {name}: {problem}",
+                hint="start vLLM with LoRA and runtime updates (`rlcycle serve --engine vllm` does), with "
+                "--max-lora-rank at least the adapter's r, on the machine that can read the checkpoint",
+            )
+        self.name = name
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            problem = self._lora("unload", {"lora_name": self.name}) if self.name is not None else None
+            if problem:  # the run's result stands; the next deploy's hook unloads old versions
+                from rlcycle import console
+
+                console.warn(f"{self.policy.base_url}: could not unload {self.name}: {problem}")
+        finally:
+            self.policy.close()
+
+    def _lora(self, action: str, body: dict[str, Any]) -> str | None:
+        """POST /v1/{load,unload}_lora_adapter; None on success, else what the server said (vLLM
+        answers these in plain text, so not through the JSON client)."""
+        import urllib.error
+        import urllib.request
+
+        headers = {"Content-Type": "application/json"}
+        if self.policy.api_key:
+            headers["Authorization"] = f"Bearer {self.policy.api_key}"
+        url = f"{self.policy.base_url}/v1/{action}_lora_adapter"
+        req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.policy.config.timeout_s):
+                return None
+        except urllib.error.HTTPError as e:
+            return f"HTTP {e.code}: {e.read().decode('utf-8', 'replace')[:300]}"
+        except (urllib.error.URLError, OSError) as e:
+            return str(e)
+
+
+def _check_adapter_base(checkpoint: Path, listed: list[dict[str, Any]], url: str) -> None:
+    """Refuse an adapter trained from another base than the one the server runs, when both can
+    be read here (rlcycle.json adapter.base.id against the listed base models' roots): vLLM would
+    load it onto the wrong weights without a word."""
+    try:
+        meta = json.loads((checkpoint / "rlcycle.json").read_text())
+    except (OSError, ValueError):
+        return
+    want = ((meta.get("adapter") or {}).get("base") or {}).get("id")
+    bases = {m.get("id"): _checkpoint_of_root(m) for m in listed if not m.get("parent")}
+    known = {k: v for k, v in bases.items() if v is not None}
+    if want and known and want not in known.values():
+        raise InputError(
+            f"{url} runs base {', '.join(f'{k} ({v})' for k, v in known.items())}, but {checkpoint}'s adapter is "
+            f"the delta from {want}",
+            hint="start the server on the adapter's base (`rlcycle serve --engine vllm --policy "
+            f"{checkpoint}` serves it), or train with lora.continue_adapter = true from a checkpoint of this chain",
+        )

@@ -73,6 +73,13 @@ class SimulateConfig:
         "an http policy; scripted policies default to "
         "sample_data/tokenizer; a checkpoint uses its own.",
     )
+    server: str | None = cfg(
+        None,
+        help="Sample a checkpoint policy (directory, alias or id) from this OpenAI-compatible server (vLLM) "
+        "instead of in-process: it is asked for by its served identity (URL#CHECKPOINT: its adapter "
+        "rlcycle-<12 hex>, or full weights rooted at its directory; an error when neither is served) and "
+        "rendered with its own tokenizer unless `tokenizer` is set. None: in-process.",
+    )
     prefix_cache_tokens: int = cfg(
         0,
         help="Prefix KV cache budget (tokens) of a checkpoint run "
@@ -150,13 +157,18 @@ def run(
     registry directory a policy alias resolves in."""
     ensure_valid(config)
     started = time.monotonic()
+    if config.server is not None:  # the checkpoint as the server serves it, with its own tokenizer
+        from rlcycle.policy.served import on_server
+
+        policy, ckpt = on_server(config.server, str(policy), registry)
+        config = dataclasses.replace(config, tokenizer=config.tokenizer or str(ckpt))
     task_list = _load_tasks(tasks)
     spec, name, key = _policy_spec(policy, config, registry)
     progress = Progress("simulate", quiet=quiet)
-    runner = config.runner
+    runner = dataclasses.replace(config.runner)  # a copy: the run id set below is this run's only
     n = config.episodes or len(task_list)
     if key is not None and not runner.run_id:  # a server: ids derive from what it serves, not its URL
-        runner.run_id = run_id_for(key, config.seed, runner, task_list, True, config.user())
+        runner.run_id = run_id_for(key, config.seed, runner, task_list, True, config.user)
     try:
         with _event_sink(out) as sink, open_executor(config.rollout, min(config.sandboxes, n)) as ex:
             writer = _OrderedWriter(sink)
