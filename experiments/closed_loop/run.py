@@ -126,14 +126,16 @@ def cycle_config(
     tasks: str,
     warm: bool,
     sets: list[str],
+    config: str | None = None,
 ) -> CycleConfig:
     """The CycleConfig of one run (module docstring, step 1) in the registry `home`; `arm` None:
-    no arm switch."""
+    no arm switch; `config`: a cycle config file (its `[cycle]` table) over the experiment's
+    sizes and under `sets`."""
     data = {**BASE, **(WARM if warm else {}), "tasks": tasks, "simulate.episodes": episodes, "simulate.seed": seed}
     switch = [s.format(seed=seed) for s in ARMS[arm]] if arm else []
     return resolve(
         CycleConfig,
-        None,
+        config,
         [*sets, *switch],
         {"run_dir": str(run_dir), "registry_home": str(home)},
         section="cycle",
@@ -221,6 +223,7 @@ def plan(arm: str, o: dict[str, Any], out: Path, paired: bool) -> list[tuple[str
             o["heldout"] if name == HELDOUT else o["tasks"],
             paired,
             o["sets"],
+            o.get("config"),
         )
         configs.append((name, seed, cfg))
     return configs
@@ -262,7 +265,7 @@ def run_experiment(o: dict[str, Any], out: Path) -> dict[str, Any]:
     started = time.monotonic()
     record: dict[str, Any] = {
         "started": _now(),
-        **{k: o[k] for k in ("seed", "cycles", "episodes", "tasks", "heldout", "sets")},
+        **{k: o[k] for k in ("seed", "cycles", "episodes", "tasks", "heldout", "config", "sets")},
         "arms": {},
     }
     record["start"] = make_start(out, o["start"], o["warm_start"], o["tasks"], o["log"])
@@ -330,6 +333,9 @@ def experiment(
     start: Path = typer.Option(None, "--start", help="Checkpoint every arm starts from (registered as production)."),
     warm_start: bool = typer.Option(False, "--warm-start", help="Start from init-model --warm-start TASKS, made once."),
     no_measure: bool = typer.Option(False, "--no-measure", help="Skip measuring the last versions on fresh traffic."),
+    config: Path = typer.Option(
+        None, "--config", help="A cycle config file (TOML, its [cycle] table) for every arm, under --set."
+    ),
     set_: list[str] = opt.sets(help="A cycle config key for every arm, as `rlcycle cycle --set`: train.lr=1e-4."),
     report_only: bool = typer.Option(False, "--report-only", help="Only print the report of a finished OUT."),
     plan_only: bool = typer.Option(False, "--plan", help="Print the runs and their resolved configs; run nothing."),
@@ -342,7 +348,9 @@ def experiment(
             raise InputError(f"{out}/runs.json not found", hint="run the experiment into --out first")
         record = json.loads((out / "runs.json").read_text())
     else:
-        o = _options(arms, cycles, episodes, measure_episodes, seed, tasks, start, warm_start, set_, out, plan_only)
+        o = _options(
+            arms, cycles, episodes, measure_episodes, seed, tasks, start, warm_start, set_, out, plan_only, config
+        )
         o["heldout"] = _heldout(heldout, o)
         o.update(no_measure=no_measure, quiet=quiet, log=(lambda m: None) if quiet else _log)
         if plan_only:
@@ -378,7 +386,9 @@ def _heldout(heldout: Path | None, o: dict[str, Any]) -> str | None:
     return str(heldout.resolve())
 
 
-def _options(arms, cycles, episodes, measure_episodes, seed, tasks, start, warm_start, sets, out, plan_only=False):
+def _options(
+    arms, cycles, episodes, measure_episodes, seed, tasks, start, warm_start, sets, out, plan_only=False, config=None
+):
     """The checked options (every problem at once, exit 2), and the config resolved once. A plan
     does not need the start yet (edit_experiment.sh plans before it makes one)."""
     names = [a.strip() for a in arms.split(",") if a.strip()]
@@ -414,10 +424,19 @@ def _options(arms, cycles, episodes, measure_episodes, seed, tasks, start, warm_
         "start": start,
         "warm_start": warm_start,
         "sets": list(sets or []),
+        "config": str(config.resolve()) if config is not None else None,
     }
     # every config problem now, before any cycle runs (the same resolve each run does)
     cycle_config(
-        out / "check", out / "home", names[0], seed, episodes, o["tasks"], start is not None or warm_start, o["sets"]
+        out / "check",
+        out / "home",
+        names[0],
+        seed,
+        episodes,
+        o["tasks"],
+        start is not None or warm_start,
+        o["sets"],
+        o["config"],
     )
     return o
 
