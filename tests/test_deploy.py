@@ -326,3 +326,25 @@ def test_deploy_reloads_a_real_gateway_with_the_key_from_its_env_var(cli, tmp_pa
         assert running.gateway.models.describe()["checkpoint_id"] == checkpoint_id(models[1])
     finally:
         running.close()
+
+
+def test_the_cycle_retries_a_deploy_whose_hook_failed_but_not_an_old_one(ckpts, tmp_path):
+    """The cycle's deploy (skip_promoted) skips a checkpoint promoted before as `superseded`, but
+    a promote its serving hook reverted never served: rerunning that run directory deploys it."""
+    from rlcycle.deploy.stage import STAGE, DeployArgs, DeployConfig
+    from rlcycle.errors import RlcycleError
+
+    reg = Registry(tmp_path / "reg")
+    v = verdict(tmp_path)
+    first = DeployArgs(ckpts[0], v, reg, skip_promoted=True)
+    assert STAGE.run(DeployConfig(), first).action == "promote"
+    second = DeployArgs(ckpts[1], v, reg, skip_promoted=True)
+    with pytest.raises(RlcycleError, match="serving hook failed"):
+        STAGE.run(DeployConfig(hook="exit 7"), second)
+    assert reg.aliases()["production"] == checkpoint_id(ckpts[0])
+    # the rerun of the failed cycle's deploy tries again (the hook works now) ...
+    assert STAGE.run(DeployConfig(hook="true"), second).action == "promote"
+    assert reg.aliases()["production"] == checkpoint_id(ckpts[1])
+    # ... while an old run directory's checkpoint, promoted and served before, stays superseded
+    assert STAGE.run(DeployConfig(), first).action == "superseded"
+    assert reg.aliases()["production"] == checkpoint_id(ckpts[1])

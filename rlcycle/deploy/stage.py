@@ -290,6 +290,24 @@ class DeployArgs:
     skip_promoted: bool = False
 
 
+def promoted(history: list[dict[str, Any]]) -> set[str]:
+    """The checkpoints a promote moved an alias to and that stayed promoted: a promote that its
+    serving hook failed (the `revert` right after, naming it as `previous_id`) never served, so a
+    rerun of its run directory may try again; a revert of a rollback cancels nothing."""
+    done: set[str] = set()
+    last: dict[str, str] = {}  # checkpoint -> the last action that moved an alias to it
+    for h in history:
+        cid = h["checkpoint_id"]
+        if h["action"] == "revert" and last.get(h["previous_id"]) == "promote":
+            done.discard(h["previous_id"])
+            last[h["previous_id"]] = "revert"
+        elif cid is not None:
+            if h["action"] == "promote":
+                done.add(cid)
+            last[cid] = h["action"]
+    return done
+
+
 class DeployStage:
     """deploy as a stage: a checkpoint into the registry with its verdict (in a cycle: train's,
     with eval's). Never cached (its effect is the registry, not the run directory), and so in a
@@ -316,7 +334,7 @@ class DeployStage:
             cid, current = checkpoint_key(Path(args.checkpoint)), args.registry.aliases().get(config.alias)
             if current == cid:
                 return DeployResult("up_to_date", config.alias, cid, current)
-            if any(h["action"] == "promote" and h["checkpoint_id"] == cid for h in args.registry.history().to_pylist()):
+            if cid in promoted(args.registry.history().to_pylist()):
                 return DeployResult("superseded", config.alias, cid, current)
         return run(config, args.checkpoint, args.verdict, args.registry)
 
