@@ -275,16 +275,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | Path, prefix: str | None = None) -> Iterator[Path]:
+def atomic_dir(path: str | Path) -> Iterator[Path]:
     """A fresh temp directory beside `path`, swapped onto it when the block succeeds.
 
     On success the directory gets the modes the umask allows (mkdtemp makes 0700) and
     `replace_dir` puts it in place; on any exception it is removed. Its name starts with a dot
-    (`.<prefix or name>.<host>-<pid>.XXXXXXXX.tmp`), so listings that skip dot-entries never see
+    (`.<name>.<host>-<pid>.XXXXXXXX.tmp`), so listings that skip dot-entries never see
     a partial one, and one a killed writer left is removed by the next `atomic_dir` of `path`.
     """
     target = Path(path)
-    tmp = _temp_dir(target.with_name(prefix or target.name))
+    tmp = _temp_dir(target)
     try:
         yield tmp
         umask = os.umask(0)

@@ -15,7 +15,8 @@ derived — if a process died after committing state but before appending histor
 open appends `state.last` (its `seq` says whether it is already there). So a process killed at
 any instant leaves a registry whose aliases all point at complete checkpoints.
 
-A writer killed mid-copy leaves its temp dir (`checkpoints/.<id>.XXXX.tmp`, a partial copy).
+A writer killed mid-copy leaves its temp dir (`checkpoints/.<id>.<host>-<pid>.<random>.tmp`, a
+partial copy; rlcycle/io.py `atomic_dir`).
 Opening the registry removes every such dot-entry under `checkpoints/`, and does it while
 holding `.lock`: temps are only made by `add`, which runs under that lock, and the kernel drops
 a dead holder's lock, so a temp seen while we hold the lock has no live writer.
