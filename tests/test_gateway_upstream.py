@@ -171,3 +171,68 @@ def test_down_refused_then_back_by_itself_with_identity_rechecked(world, tmp_pat
     logged = _logged(running)
     assert {rid: logged.get(rid, 0) for rid in ok} == dict.fromkeys(ok, 1)
     assert {rid: logged.get(rid, 0) for rid in failed} == dict.fromkeys(failed, 0)
+
+
+def test_starts_before_its_upstream_and_serves_once_it_answers(world, tmp_path):
+    """A gateway started while vLLM is still loading (nothing listens yet) does not refuse to
+    start: /health says the upstream is down, requests get 503 (nothing logged), and once the
+    upstream answers with the right checkpoint the gateway serves by itself."""
+    running = start(
+        GatewayConfig(
+            registry=world["registry"],
+            log_dir=str(tmp_path / "logs"),
+            port=0,
+            upstream=f"http://127.0.0.1:{world['port']}",
+            flush_interval_s=0.05,
+            upstream_probe_s=0.2,
+        )
+    )
+    url, server = running.url, None
+    try:
+        health = httpx.get(url + "/health")
+        assert health.status_code == 503 and health.json()["upstream"]["reachable"] is False
+        rid, e = _ask(url)
+        assert "down since" in _openai_error(e, 503, "upstream_unavailable")
+        server = _serve(world, world["m0"])
+        _until(lambda: httpx.get(url + "/health").text == "ok", "/health ok once the upstream answers")
+        rid2, r = _ask(url)
+        assert r.http_response.status_code == 200 and r.headers["x-checkpoint-id"] == world["cid"]
+    finally:
+        running.close()
+        if server is not None:
+            server.close()
+    logged = _logged(running)
+    assert (logged.get(rid, 0), logged.get(rid2, 0)) == (0, 1)
+
+
+def test_starts_while_its_adapter_is_not_loaded_and_serves_once_it_is(world, tmp_path):
+    """Started against an upstream that does not serve the alias's checkpoint yet (a restarted
+    vLLM before the deploy hook reloads the adapter): 503 `adapter_not_loaded` naming the fix,
+    then served by itself once the right checkpoint is listed."""
+    other = _serve(world, world["m1"])
+    running = start(
+        GatewayConfig(
+            registry=world["registry"],
+            log_dir=str(tmp_path / "logs"),
+            port=0,
+            upstream=other.url,
+            flush_interval_s=0.05,
+            upstream_probe_s=0.2,
+        )
+    )
+    url, server = running.url, None
+    try:
+        [engine] = httpx.get(url + "/health").json()["upstream"]["engines"]
+        assert engine["served"] is False and "does not serve checkpoint " + world["cid"] in engine["error"]
+        _, e = _ask(url)
+        assert "rlcycle.deploy.vllm" in _openai_error(e, 503, "adapter_not_loaded")
+        other.close()
+        server = _serve(world, world["m0"])
+        _until(lambda: httpx.get(url + "/health").text == "ok", "/health ok once the checkpoint is served")
+        _, r = _ask(url)
+        assert r.http_response.status_code == 200 and r.headers["x-checkpoint-id"] == world["cid"]
+    finally:
+        running.close()
+        other.close()
+        if server is not None:
+            server.close()

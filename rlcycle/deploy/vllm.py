@@ -362,20 +362,21 @@ def update_rule(
         for k, e in report.relative.items()
         if e["seen"] is not None and e["moved"] >= noise and e["seen"] < SEEN_AT_LEAST
     ]
+    problem = None
     if same:
         d, label = min(same)
-        report.passed = False
-        report.problem = (
+        problem = (
             f"the server under {name} answers as it does under {report.relative[label]['served_as']} "
             f"({label}; mean |diff| {d:.2g}): it still serves {label}'s weights"
         )
     elif low:
         seen, label = min(low)
-        report.passed = False
-        report.problem = (
+        problem = (
             f"the server under {name} shows {seen:.2f} of this checkpoint's update from {label} (at least "
             f"{SEEN_AT_LEAST} needed; ~0 = still {label}'s weights): the server may still answer with {label}'s weights"
         )
+    if problem:
+        report.passed, report.problem = False, problem
 
 
 def run(args: argparse.Namespace) -> Report:

@@ -203,12 +203,17 @@ class Models:
             pcfg = HTTPPolicyConfig(api_key=c.upstream_api_key, max_concurrency=64, retries=0)
             policy = HTTPPolicy(c.upstream, pcfg, checkpoint=(cid, path))
             try:
-                policy.identify()
+                tokenizer = AutoTokenizer.from_pretrained(str(path))
+                engine = Engine(cid, path, policy, tokenizer, c, role, in_process=False, watch=self.upstream)
+                assert self.upstream is not None
+                if self.primary is None:  # starting: down or unserved, 503 until the probe finds it
+                    self.upstream.identify_at_start(engine)
+                else:  # a reload: a failure keeps the old checkpoint serving (`_watch` retries)
+                    policy.identify()
             except BaseException:
                 policy.close()
                 raise
-            tokenizer = AutoTokenizer.from_pretrained(str(path))
-            return Engine(cid, path, policy, tokenizer, c, role, in_process=False, watch=self.upstream)
+            return engine
         from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
         pcfg = HFPolicyConfig(

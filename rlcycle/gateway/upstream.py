@@ -22,7 +22,9 @@ A streamed request gets the same status and JSON body: the gateway streams finis
 completions, so no stream has started when the upstream fails, and the SDK raises
 `APIStatusError` instead of yielding a truncated stream.
 
-What marks the upstream down: a request that fails as above, or a probe that cannot reach it.
+What marks the upstream down: a request that fails as above, a probe that cannot reach it, or
+no answer when the gateway starts (`identify_at_start`: it starts beside a vLLM that is still
+loading or restarting instead of refusing to start).
 The probe is one `GET /v1/models` with a short timeout: every `upstream_probe_s` while the
 upstream is up (a dead upstream is noticed without traffic, and a served name that vanished,
 e.g. an adapter unloaded, is re-checked), and while it is down on a back-off from 0.25 s
@@ -134,6 +136,20 @@ class UpstreamWatch:
             self._wake.set()
             return Unavailable(503, "adapter_not_loaded", why + "; nothing was logged for this request")
         return Unavailable(502, "upstream_error", f"the upstream {self.url} failed: {_text(e)}"[:2000])
+
+    def identify_at_start(self, engine: Any) -> None:
+        """Identify an engine the starting gateway loads. An upstream that does not answer yet
+        (vLLM still loading, or restarting) does not stop the gateway: it starts down and answers
+        503 until the probe finds the upstream; a checkpoint the upstream does not serve yet (its
+        adapter not loaded) leaves that engine unserved until it is. Anything else raises. (A
+        reload later identifies strictly: a failure there keeps the old checkpoint serving.)"""
+        try:
+            engine.policy.identify()
+        except UpstreamError as e:
+            self._down(e.message + " (at load; check the URL if it never answers)")
+        except NotServed as e:
+            self._unserved(engine, _text(e))
+            self._wake.set()
 
     # --- state ------------------------------------------------------------------------------
     def _down(self, error: str) -> None:
