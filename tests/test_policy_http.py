@@ -104,6 +104,58 @@ def test_wire_format_is_vllm_compatible(prompts, server):
     assert multi["choices"][0]["token_ids"] == ids
 
 
+def test_top_logprobs_are_the_tempered_k_most_likely_as_vllm(policy, prompts, server):
+    """`logprobs: k` > 1: the k most likely tokens at each generated position under
+    log_softmax(logits / T), most likely first, plus the sampled token; k > 20 is refused."""
+    import torch
+
+    body = {
+        **request_body("tiny", prompts[1], SamplingParams(max_new_tokens=3, temperature=0.5, seed=2)),
+        "logprobs": 5,
+    }
+    status, resp = post(server.url, body)
+    assert status == 200, resp
+    choice = resp["choices"][0]
+    tops = choice["logprobs"]["top_logprobs"]
+    assert len(tops) == len(choice["token_ids"]) == 3
+    ids = torch.tensor([prompts[1] + choice["token_ids"]])
+    with torch.inference_mode():
+        logits = policy.model(input_ids=ids).logits[0].float()
+    for i, (top, sampled) in enumerate(zip(tops, choice["token_ids"], strict=True)):
+        want = torch.log_softmax(logits[len(prompts[1]) - 1 + i] / 0.5, -1)
+        vals, idx = want.topk(5)
+        assert sorted(top, key=top.get, reverse=True)[:5] == [f"token_id:{t}" for t in idx.tolist()]
+        assert [top[f"token_id:{t}"] for t in idx.tolist()] == pytest.approx(vals.tolist(), abs=1e-4)
+        assert f"token_id:{sampled}" in top and len(top) in (5, 6)
+    status, err = post(server.url, {**body, "logprobs": 21})
+    assert status == 400 and "at most 20" in err["error"]["message"]
+
+
+def test_the_logprobs_check_tells_processed_from_raw_without_echo(policy, server, monkeypatch):
+    """served.logprobs_processed compares the top-20 spread at T = 0.25 with T = 1: 4x from a
+    server in processed mode (`rlcycle serve`), 1x from one that reports raw logprobs (vLLM
+    without --logprobs-mode processed_logprobs, imitated here), which HTTPPolicy refuses before
+    its first T != 1 sample. Never a prompt-logprobs (echo) request."""
+    from rlcycle.errors import InputError
+    from rlcycle.policy import served
+
+    sent = []
+    client = HTTPPolicy(server.url)
+    real_call = client._call
+    monkeypatch.setattr(client, "_call", lambda m, path, body, *a: sent.append(body) or real_call(m, path, body, *a))
+    try:
+        assert served.logprobs_processed(client, client.model) is True
+        assert sent and not any((b or {}).get("echo") for b in sent)
+        raw_top = HFPolicy.top_logprobs
+        monkeypatch.setattr(HFPolicy, "top_logprobs", lambda self, p, c, t, k: raw_top(self, p, c, 1.0, k))
+        assert served.logprobs_processed(client, client.model) is False
+        with pytest.raises(InputError, match="raw model's logprobs") as e:
+            client.generate([[5, 6, 7]], SamplingParams(max_new_tokens=2, temperature=0.7, seed=1))
+        assert "--logprobs-mode processed_logprobs" in e.value.hint
+    finally:
+        client.close()
+
+
 def test_models_endpoint_and_health(server):
     with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as r:
         data = json.loads(r.read())

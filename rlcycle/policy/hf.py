@@ -367,6 +367,22 @@ class HFPolicy:
         logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / t, dim=-1)
         return logp.gather(-1, torch.tensor(completion, device=self.device).unsqueeze(-1)).squeeze(-1).tolist()
 
+    def top_logprobs(
+        self, prompt: list[int], completion: list[int], temperature: float, k: int
+    ) -> list[list[tuple[int, float]]]:
+        """The k most likely tokens at each completion position and their log_softmax(logits / T)
+        (T = 1 when `temperature` is 0, as `score`), most likely first; one forward pass, no
+        cache. What `rlcycle serve` returns for `logprobs: k` (vLLM's top logprobs)."""
+        if not completion or k <= 0:
+            return [[] for _ in completion]
+        ids = torch.tensor([prompt + completion], device=self.device)
+        with self._lock, torch.inference_mode(), _threads(self.config.num_threads):
+            logits = self.model(input_ids=ids, use_cache=False).logits[0].float()
+        t = temperature if temperature > 0 else 1.0
+        logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / t, dim=-1)
+        vals, idx = logp.topk(min(k, logp.shape[-1]), dim=-1)
+        return [list(zip(i, v, strict=True)) for i, v in zip(idx.tolist(), vals.tolist(), strict=True)]
+
 
 @contextmanager
 def _threads(n: int | None) -> Iterator[None]:

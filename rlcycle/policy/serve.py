@@ -23,7 +23,9 @@ returned logprobs lie. Unknown fields are ignored, as vLLM does.
 Each choice carries `token_ids` (always; vLLM only with `return_token_ids`), `text`,
 `finish_reason`, `stop_reason` (the stop token id) and, when `logprobs` is set,
 `logprobs.tokens` ("token_id:N" with `return_tokens_as_token_ids`, else the token text),
-`logprobs.token_logprobs` and `logprobs.top_logprobs` (the sampled token only). With `echo`
+`logprobs.token_logprobs` and `logprobs.top_logprobs` (the sampled token; with `logprobs: k`,
+1 < k <= 20, also the k most likely tokens at each generated position under
+log_softmax(logits / T), as vLLM's processed logprobs; top_p is not applied to them). With `echo`
 the prompt comes first, as in OpenAI/vLLM: `text` = prompt text + completion text, and with
 `logprobs` the lists start with the prompt tokens, whose logprobs are log_softmax(logits)[token]
 of the served model at T = 1 (None for the first token); `max_tokens` 0 then scores the prompt
@@ -74,6 +76,7 @@ from rlcycle.errors import InputError, RlcycleError
 from rlcycle.policy.base import FINISH_LENGTH, Generation, SamplingParams
 from rlcycle.policy.batching import Batcher
 
+MAX_LOGPROBS = 20  # top logprobs per token at most (vLLM's default --max-logprobs)
 NEUTRAL = {
     "top_k": (-1, 0, None),
     "min_p": (0, 0.0, None),
@@ -126,12 +129,14 @@ class _Job:
     params: SamplingParams | None  # None: score the prompt only (echo with max_tokens 0)
     model: str | None = None  # an adapter's name, None for the base
     echo: bool = False  # also score the prompt (prompt logprobs)
+    top: int = 0  # `logprobs: k` > 1: the k most likely tokens at each generated position
 
 
 @dataclass
 class _Result:
     generation: Generation
     prompt_logprobs: list[float] | None  # logprobs of prompt[1:], with echo
+    top: list[list[tuple[int, float]]] | None = None  # (id, logprob) most likely first, per generated token
 
 
 class PolicyServer:
@@ -201,9 +206,10 @@ class PolicyServer:
         params: SamplingParams | None,
         model: str | None = None,
         echo: bool = False,
+        top: int = 0,
     ) -> Future:
         """Queue one prompt; the Future resolves to its _Result (generation, prompt logprobs)."""
-        return self._batcher.submit(_Job(prompt, params, model, echo))
+        return self._batcher.submit(_Job(prompt, params, model, echo, top))
 
     def _run_group(self, jobs: list[_Job]) -> list[_Result]:
         """Generate (and score prompts, for echo) for jobs of one model, its adapter active."""
@@ -214,10 +220,12 @@ class PolicyServer:
             out = []
             for j in jobs:
                 gen = next(done) if j.params is not None else Generation([], [], FINISH_LENGTH, 0.0)
-                lps = None
+                lps = top = None
                 if j.echo:  # logprobs of prompt[1:] given what precedes each (T = 1)
                     lps = policy.score(j.prompt[:1], j.prompt[1:]) if len(j.prompt) > 1 else []
-                out.append(_Result(gen, lps))
+                if j.top > 1 and j.params is not None and hasattr(policy, "top_logprobs"):
+                    top = policy.top_logprobs(j.prompt, gen.token_ids, j.params.temperature, j.top)
+                out.append(_Result(gen, lps, top))
             return out
 
     # --- the completions endpoint -------------------------------------------------------
@@ -230,7 +238,14 @@ class PolicyServer:
         n_lp = body.get("logprobs")
         if n_lp is not None and (not isinstance(n_lp, int) or isinstance(n_lp, bool) or n_lp < 0):
             raise BadRequest("logprobs must be a non-negative integer")
-        futures = [self.submit(p, _seeded(params, i) if params else None, model, echo) for i, p in enumerate(prompts)]
+        if n_lp is not None and n_lp > MAX_LOGPROBS:
+            raise BadRequest(
+                f"logprobs {n_lp} > {MAX_LOGPROBS}: at most {MAX_LOGPROBS} top logprobs per token (vLLM's default)"
+            )
+        futures = [
+            self.submit(p, _seeded(params, i) if params else None, model, echo, n_lp or 0)
+            for i, p in enumerate(prompts)
+        ]
         results = [f.result() for f in futures]
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         skip = body.get("skip_special_tokens", True) is not False
@@ -308,12 +323,18 @@ class PolicyServer:
             ids = (prompt or []) + g.token_ids
             lps: list[float | None] = ([None] + list(r.prompt_logprobs or []) if prompt else []) + g.logprobs
             names = [f"token_id:{t}" if as_ids or tok is None else tok.decode([t]) for t in ids]
+            tops: list[dict[str, float] | None] = [
+                None if lp is None else {n: lp} for n, lp in zip(names, lps, strict=True)
+            ]
+            if r.top is not None:  # logprobs: k > 1, as vLLM: the sampled token and the k most likely
+                name = (lambda t: f"token_id:{t}") if as_ids or tok is None else (lambda t: tok.decode([t]))
+                first = len(ids) - len(g.token_ids)
+                for i, pairs in enumerate(r.top):
+                    tops[first + i] = (tops[first + i] or {}) | {name(t): lp for t, lp in pairs}
             choice["logprobs"] = {
                 "tokens": names,
                 "token_logprobs": lps,
-                "top_logprobs": [None if lp is None else {n: lp} for n, lp in zip(names, lps, strict=True)]
-                if n_lp > 0
-                else None,
+                "top_logprobs": tops if n_lp > 0 else None,
                 "text_offset": None,
             }
         return choice

