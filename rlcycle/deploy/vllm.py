@@ -487,7 +487,7 @@ def _mismatch(r: Report) -> str:
         f"{max(r.prompt_max_diff or 0, r.decode_max_diff or 0):.4g} nats (prompt "
         f"{r.prompt_max_diff:.4g}, decode {r.decode_max_diff:.4g}; tolerance {r.tolerance:g}; "
         f"mean prompt {r.prompt_mean_diff:.3g}, decode {r.decode_mean_diff:.3g}{mean}); a "
-        "bfloat16 vLLM honestly differs by up to ~0.31 on SmolLM2 (docs/vllm.md: --tolerance 0.4 --relative)"
+        "bfloat16 vLLM honestly differs by up to ~0.43 on SmolLM2 (docs/vllm.md: --tolerance 0.6 --relative)"
     )
 
 
