@@ -1,0 +1,128 @@
+"""Benchmark: seconds per stage of the same cycles sampled by a real vLLM vs rlcycle's in-process
+engine (issue 23 item 6, issue 25 item 6).
+
+    .venv/bin/python scripts/bench_cycle_engines.py                       # the tiny model, 1 cycle
+    .venv/bin/python scripts/bench_cycle_engines.py --model /work/smol/base --cycles 2
+
+Both engines run `rlcycle cycle --config vllm` (rlcycle/configs/vllm.toml: 16 simulated sessions,
+a 2-step LoRA train, eval, deploy) on the same model, seeds and tasks, one engine after the
+other, `--cycles` cycles each in a row (cycle k samples what cycle k-1 deployed), each engine in
+a fresh RLCYCLE_HOME whose registry holds `--model` as production:
+- vllm: `rlcycle serve --engine vllm --policy production` (dtype auto: float32 on a CPU without
+  native bf16), the config's `serving_url` set to it; simulate and eval sample through it and
+  the deploy hook hot-loads each new adapter into it. The server's start is reported apart.
+- in-process: the same config with `serving_url` and the deploy hook unset: simulate and eval
+  load the checkpoint in-process (float32 on a CPU, the default), deploy moves the registry.
+Prints each engine's per-stage seconds per cycle and the ratio vLLM / in-process per stage (the
+sum over cycles). Needs Docker (sandboxes) and .venv-vllm (`bash scripts/dev.sh vllm`); without a
+vLLM it says so and exits 0 (`dev.sh bench` runs every bench). Speeds move with the machine's
+load: compare the two engines of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STAGES = ("simulate", "collect", "distill", "train", "eval", "deploy")
+
+
+def rlcycle(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlcycle", *args], env=env, text=True, **kw)
+
+
+def run_cycles(engine: str, model: Path, root: Path, cycles: int, extra: list[str]) -> dict:
+    """`cycles` cycles with one engine: {"start_s": vLLM's start or 0, "cycles": [stage -> s]}."""
+    env = {**os.environ, "RLCYCLE_HOME": str(root / engine / "home")}
+    rlcycle(["registry", "add", str(model), "--alias", "production"], env, check=True, capture_output=True)
+    server, start_s, sets = None, 0.0, list(extra)
+    try:
+        if engine == "vllm":
+            t = time.perf_counter()
+            server = subprocess.Popen(
+                [sys.executable, "-m", "rlcycle", "serve", "--engine", "vllm", "--policy", "production"]
+                + ["--port", "0", "--set", f"log={root / 'vllm.log'}"],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            url = (server.stdout.readline() if server.stdout else "").strip()
+            if not url.startswith("http"):
+                raise SystemExit(f"bench_cycle_engines: vLLM did not start (see {root / 'vllm.log'})")
+            start_s = time.perf_counter() - t
+            sets += ["--set", f"serving_url={url}"]
+        else:
+            sets += ["--set", "serving_url=none", "--set", "deploy.hook=none"]
+        out = []
+        for k in range(cycles):
+            run_dir = root / engine / f"c{k + 1}"
+            r = rlcycle(
+                ["cycle", "--config", "vllm", "--run-dir", str(run_dir), "--json", *sets], env, capture_output=True
+            )
+            if r.returncode != 0:
+                sys.stderr.write(r.stderr[-3000:])
+                raise SystemExit(f"bench_cycle_engines: {engine} cycle {k + 1} exited {r.returncode}")
+            result = json.loads(r.stdout)
+            seconds = {s["name"]: s["seconds"] for s in result["stages"]}
+            statuses = {s["name"]: s["status"] for s in result["stages"]}
+            out.append({"seconds": seconds, "status": statuses})
+            print(f"bench_cycle_engines: {engine} cycle {k + 1}: {json.dumps(seconds)} {statuses}", file=sys.stderr)
+        return {"start_s": start_s, "cycles": out}
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=60)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", type=Path, help="Model directory (default: the tiny init-model in a temp dir).")
+    p.add_argument("--cycles", type=int, default=1)
+    p.add_argument(
+        "--set", dest="extra", action="append", default=[], help="Extra cycle --set KEY=VALUE (both engines)."
+    )
+    p.add_argument("--keep", type=Path, help="Run here and keep the run directories (default: a temp dir).")
+    args = p.parse_args()
+
+    from rlcycle.errors import RlcycleError
+    from rlcycle.policy import vllm_serve
+
+    try:
+        vllm_serve.find_python(vllm_serve.VllmServeConfig())
+    except RlcycleError as e:
+        print(f"bench_cycle_engines: skipped: {e.message} ({e.hint})", file=sys.stderr)
+        return 0
+    extra = [x for kv in args.extra for x in ("--set", kv)]
+    with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
+        root = args.keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        model = args.model
+        if model is None:
+            from rlcycle import model_init
+
+            model = Path(model_init.run(model_init.InitModelConfig(seed=0), root / "model").path)
+        runs = {e: run_cycles(e, model.resolve(), root, args.cycles, extra) for e in ("vllm", "in-process")}
+    print(f"seconds per stage, {args.cycles} cycle(s) of `rlcycle cycle --config vllm` on {model}:")
+    print(f"  vLLM start (once): {runs['vllm']['start_s']:.1f} s")
+    header = "  " + f"{'stage':<10}" + "".join(f"{e + ' c' + str(k + 1):>16}" for e in runs for k in range(args.cycles))
+    print(header + f"{'vllm/in-process':>17}")
+    for stage in (*STAGES, "total"):
+        cells, sums = [], {}
+        for e, r in runs.items():
+            for c in r["cycles"]:
+                v = sum(c["seconds"].values()) if stage == "total" else c["seconds"].get(stage)
+                cells.append("—" if v is None else f"{v:.1f}")
+                sums[e] = sums.get(e, 0.0) + (v or 0.0)
+        ratio = sums["vllm"] / sums["in-process"] if sums.get("in-process") else float("nan")
+        print("  " + f"{stage:<10}" + "".join(f"{c:>16}" for c in cells) + f"{ratio:>16.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
