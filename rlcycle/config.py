@@ -111,6 +111,15 @@ def load_toml(path: str | Path | None, section: str | None = None) -> dict[str, 
 # --- validate() helpers -----------------------------------------------------------------------
 
 
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_dtype(problems: list[str], dtype: str, key: str = "dtype") -> None:
+    """Append a problem when `dtype` is not one a model can be loaded in."""
+    if dtype not in DTYPE_NAMES:
+        problems.append(f"{key}={dtype!r}: use {', '.join(DTYPE_NAMES)}")
+
+
 def check_range(
     problems: list[str],
     obj: Any,

@@ -1,5 +1,5 @@
 """Benchmark: seconds per stage of the same cycles sampled by a real vLLM vs rlcycle's in-process
-engine (issue 23 item 6, issue 25 item 6).
+engine, float32 and bfloat16 (issue 23 item 6, issue 25 item 6).
 
     .venv/bin/python scripts/bench_cycle_engines.py                       # the tiny model, 1 cycle
     .venv/bin/python scripts/bench_cycle_engines.py --model /work/smol/base --cycles 2
@@ -12,9 +12,10 @@ a fresh RLCYCLE_HOME whose registry holds `--model` as production:
   native bf16), the config's `serving_url` set to it; simulate and eval sample through it and
   the deploy hook hot-loads each new adapter into it. The server's start is reported apart.
 - in-process: the same config with `serving_url` and the deploy hook unset: simulate and eval
-  load the checkpoint in-process (float32 on a CPU, the default), deploy moves the registry.
-Prints each engine's per-stage seconds per cycle and the ratio vLLM / in-process per stage (the
-sum over cycles). Needs Docker (sandboxes) and .venv-vllm (`bash scripts/dev.sh vllm`); without a
+  load the checkpoint in-process (float32 on a CPU, the default), deploy moves the registry;
+- in-process-bf16: the same with `simulate.dtype` and `eval.dtype` bfloat16.
+Prints each engine's per-stage seconds per cycle and each engine's ratio to in-process (float32)
+per stage (the sum over cycles). `--engines` picks and orders them. Needs Docker (sandboxes) and .venv-vllm (`bash scripts/dev.sh vllm`); without a
 vLLM it says so and exits 0 (`dev.sh bench` runs every bench). Speeds move with the machine's
 load: compare the two engines of one run.
 """
@@ -59,6 +60,8 @@ def run_cycles(engine: str, model: Path, root: Path, cycles: int, extra: list[st
             sets += ["--set", f"serving_url={url}"]
         else:
             sets += ["--set", "serving_url=none", "--set", "deploy.hook=none"]
+        if engine == "in-process-bf16":
+            sets += ["--set", "simulate.dtype=bfloat16", "--set", "eval.dtype=bfloat16"]
         out = []
         for k in range(cycles):
             run_dir = root / engine / f"c{k + 1}"
@@ -88,6 +91,7 @@ def main() -> int:
         "--set", dest="extra", action="append", default=[], help="Extra cycle --set KEY=VALUE (both engines)."
     )
     p.add_argument("--keep", type=Path, help="Run here and keep the run directories (default: a temp dir).")
+    p.add_argument("--engines", default="vllm,in-process,in-process-bf16", help="Comma-separated, run in this order.")
     args = p.parse_args()
 
     from rlcycle.errors import RlcycleError
@@ -107,11 +111,17 @@ def main() -> int:
             from rlcycle import model_init
 
             model = Path(model_init.run(model_init.InitModelConfig(seed=0), root / "model").path)
-        runs = {e: run_cycles(e, model.resolve(), root, args.cycles, extra) for e in ("vllm", "in-process")}
+        engines = args.engines.split(",")
+        unknown = set(engines) - {"vllm", "in-process", "in-process-bf16"}
+        if unknown or "in-process" not in engines:
+            p.error(f"--engines: vllm, in-process (needed: the baseline), in-process-bf16; not {sorted(unknown)}")
+        runs = {e: run_cycles(e, model.resolve(), root, args.cycles, extra) for e in engines}
     print(f"seconds per stage, {args.cycles} cycle(s) of `rlcycle cycle --config vllm` on {model}:")
-    print(f"  vLLM start (once): {runs['vllm']['start_s']:.1f} s")
-    header = "  " + f"{'stage':<10}" + "".join(f"{e + ' c' + str(k + 1):>16}" for e in runs for k in range(args.cycles))
-    print(header + f"{'vllm/in-process':>17}")
+    if "vllm" in runs:
+        print(f"  vLLM start (once): {runs['vllm']['start_s']:.1f} s")
+    others = [e for e in runs if e != "in-process"]
+    header = "  " + f"{'stage':<10}" + "".join(f"{e + ' c' + str(k + 1):>18}" for e in runs for k in range(args.cycles))
+    print(header + "".join(f"{e + '/fp32':>20}" for e in others))
     for stage in (*STAGES, "total"):
         cells, sums = [], {}
         for e, r in runs.items():
@@ -119,8 +129,9 @@ def main() -> int:
                 v = sum(c["seconds"].values()) if stage == "total" else c["seconds"].get(stage)
                 cells.append("—" if v is None else f"{v:.1f}")
                 sums[e] = sums.get(e, 0.0) + (v or 0.0)
-        ratio = sums["vllm"] / sums["in-process"] if sums.get("in-process") else float("nan")
-        print("  " + f"{stage:<10}" + "".join(f"{c:>16}" for c in cells) + f"{ratio:>16.2f}x")
+        base = sums.get("in-process") or float("nan")
+        ratios = "".join(f"{sums[e] / base:>19.2f}x" for e in others)
+        print("  " + f"{stage:<10}" + "".join(f"{c:>18}" for c in cells) + ratios)
     return 0
 
 

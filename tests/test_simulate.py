@@ -161,6 +161,31 @@ def test_tiny_random_model_round_trip_through_collect(cli, suite_dir, tmp_path, 
 
 
 @pytest.mark.docker
+def test_a_bfloat16_run_is_named_apart_from_the_float32_one(cli, suite_dir, tmp_path, docker_client, one_thread):
+    """`dtype` samples a checkpoint in-process in bf16: same checkpoint, seed and tasks as a
+    float32 run, but its own run and event ids (its logprobs differ), so collect keeps both;
+    policy_version stays the checkpoint. A dtype that does not exist is exit 2."""
+    from rlcycle.model_init import init_model
+
+    model = tmp_path / "tiny"
+    init_model(model, seed=0)
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        out = tmp_path / f"{dtype}.jsonl"
+        args = ["simulate", "-p", model, "-t", suite_dir, "-o", out, "-n", 2, "--max-turns", 1, "--max-new-tokens", 8]
+        r = cli([*args, "--sandboxes", 2, "--set", f"dtype={dtype}", "--json", "-q"])
+        assert r.exit_code == 0, r.output
+        runs[dtype] = (json.loads(r.stdout), [e for e in read_events(out) if e["type"] == "completion"])
+    (f32, e32), (b16, e16) = runs["float32"], runs["bfloat16"]
+    assert f32["policy"] == b16["policy"] and {e["policy_version"] for e in e32 + e16} == {f32["policy"]}
+    assert f32["run_id"] != b16["run_id"]
+    assert not {e["sample_id"] for e in e32} & {e["sample_id"] for e in e16}
+    assert [e["completion_logprobs"] for e in e32] != [e["completion_logprobs"] for e in e16]
+    r = cli(["simulate", "-p", model, "-t", suite_dir, "-o", tmp_path / "x.jsonl", "--set", "dtype=float8"])
+    assert r.exit_code == 2 and "dtype='float8': use auto, float32, bfloat16, float16" in r.error
+
+
+@pytest.mark.docker
 def test_events_stream_to_stdout_into_collect(cli, suite_dir, tmp_path, docker_client):
     r = cli(
         [

@@ -36,6 +36,7 @@ def resolve_policy(
     tokenizer: str | Path | None = None,
     prefix_cache_tokens: int = 0,
     registry: str | Path | None = None,
+    dtype: str = "auto",
     **options: Any,
 ) -> ResolvedPolicy:
     """Load the policy `ref` names (see the module docstring).
@@ -44,7 +45,9 @@ def resolve_policy(
     (HFPolicyConfig, rlcycle/policy/prefix.py), so it applies to checkpoints only: a scripted
     policy has no model, and a server keeps its own cache (vLLM, SGLang, `rlcycle serve
     --prefix-cache-tokens`). `registry` is the registry directory an alias resolves in (None: a
-    reference that is not a directory is an error). `options` go to the backend's config as given."""
+    reference that is not a directory is an error). `dtype` is the in-process backend's too; a
+    checkpoint run in another dtype than float32 gets a `run_key` naming it (its samples differ).
+    `options` go to the backend's config as given."""
     from rlcycle.policy.load import load_policy
     from rlcycle.policy.registry import checkpoint_dir, checkpoint_id
 
@@ -58,8 +61,17 @@ def resolve_policy(
         return ResolvedPolicy(policy, policy.name, policy.checkpoint_id, None, run_key(policy))
     path = checkpoint_dir(ref, registry)
     cid = checkpoint_id(path)
-    options = {"prefix_cache_tokens": prefix_cache_tokens, **options}
-    return ResolvedPolicy(load_policy(path, **options), cid, cid, path)
+    options = {"prefix_cache_tokens": prefix_cache_tokens, "dtype": dtype, **options}
+    policy = load_policy(path, **options)
+    dtype_used = str(getattr(getattr(policy, "model", None), "dtype", "float32")).removeprefix("torch.")
+    return ResolvedPolicy(policy, cid, cid, path, dtype_run_key(cid, dtype_used))
+
+
+def dtype_run_key(name: str, dtype: str) -> str | None:
+    """`<name>@<dtype>` for a checkpoint sampled in-process in another dtype than float32 (None for
+    float32, the trainer's numerics, and for `auto`, named by what it resolves to where it runs).
+    Run and event ids derive from it, so a bf16 rerun is never taken for a float32 run's duplicate."""
+    return None if dtype in ("float32", "auto") else f"{name}@{dtype}"
 
 
 def run_key(policy: Any) -> str | None:

@@ -70,6 +70,7 @@ class PolicySpec:
     policy: Any = None
     renderer: Any = None
     prefix_cache_tokens: int = 0
+    dtype: str = "auto"  # of a checkpoint run in-process (HFPolicyConfig.dtype)
 
 
 def open_executor(config: RolloutConfig, sandboxes: int) -> Any:

@@ -103,7 +103,9 @@ def load_policy_spec(spec: PolicySpec) -> tuple[Any, Any]:
     from rlcycle.policy.resolve import resolve_policy
 
     assert spec.ref is not None
-    policy = resolve_policy(spec.ref, tokenizer=spec.tokenizer, prefix_cache_tokens=spec.prefix_cache_tokens).policy
+    policy = resolve_policy(
+        spec.ref, tokenizer=spec.tokenizer, prefix_cache_tokens=spec.prefix_cache_tokens, dtype=spec.dtype
+    ).policy
     renderer = ChatRenderer.from_pretrained(spec.tokenizer) if spec.tokenizer is not None else None
     return policy, renderer
 

@@ -69,7 +69,7 @@ class _Worker:
     ) -> list[EpisodeResult]:
         from rlcycle.agent.runner import run_episodes
 
-        key = (spec.ref, spec.tokenizer, spec.prefix_cache_tokens)
+        key = (spec.ref, spec.tokenizer, spec.prefix_cache_tokens, spec.dtype)
         if key not in self.policies:  # loaded once per worker, reused by every shard
             self.policies[key] = load_policy_spec(spec)
         policy, renderer = self.policies[key]
