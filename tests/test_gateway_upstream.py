@@ -102,18 +102,22 @@ def _until(predicate, what: str, timeout_s: float = 60.0):
     raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
+def _gateway(world, tmp_path, upstream: str):
+    """The gateway in front of `upstream`, probing every 0.2 s, flushing its log every 0.05 s."""
+    config = GatewayConfig(
+        registry=world["registry"],
+        log_dir=str(tmp_path / "logs"),
+        port=0,
+        upstream=upstream,
+        flush_interval_s=0.05,
+        upstream_probe_s=0.2,
+    )
+    return start(config)
+
+
 def test_down_refused_then_back_by_itself_with_identity_rechecked(world, tmp_path):
     server = _serve(world, world["m0"])
-    running = start(
-        GatewayConfig(
-            registry=world["registry"],
-            log_dir=str(tmp_path / "logs"),
-            port=0,
-            upstream=server.url,
-            flush_interval_s=0.05,
-            upstream_probe_s=0.2,
-        )
-    )
+    running = _gateway(world, tmp_path, server.url)
     url, ok, failed = running.url, [], []
     try:
         rid, r = _ask(url)
@@ -177,16 +181,7 @@ def test_starts_before_its_upstream_and_serves_once_it_answers(world, tmp_path):
     """A gateway started while vLLM is still loading (nothing listens yet) does not refuse to
     start: /health says the upstream is down, requests get 503 (nothing logged), and once the
     upstream answers with the right checkpoint the gateway serves by itself."""
-    running = start(
-        GatewayConfig(
-            registry=world["registry"],
-            log_dir=str(tmp_path / "logs"),
-            port=0,
-            upstream=f"http://127.0.0.1:{world['port']}",
-            flush_interval_s=0.05,
-            upstream_probe_s=0.2,
-        )
-    )
+    running = _gateway(world, tmp_path, f"http://127.0.0.1:{world['port']}")
     url, server = running.url, None
     try:
         health = httpx.get(url + "/health")
@@ -210,16 +205,7 @@ def test_starts_while_its_adapter_is_not_loaded_and_serves_once_it_is(world, tmp
     vLLM before the deploy hook reloads the adapter): 503 `adapter_not_loaded` naming the fix,
     then served by itself once the right checkpoint is listed."""
     other = _serve(world, world["m1"])
-    running = start(
-        GatewayConfig(
-            registry=world["registry"],
-            log_dir=str(tmp_path / "logs"),
-            port=0,
-            upstream=other.url,
-            flush_interval_s=0.05,
-            upstream_probe_s=0.2,
-        )
-    )
+    running = _gateway(world, tmp_path, other.url)
     url, server = running.url, None
     try:
         [engine] = httpx.get(url + "/health").json()["upstream"]["engines"]

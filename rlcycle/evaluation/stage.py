@@ -35,7 +35,7 @@ from rlcycle.agent.runner import RunnerConfig
 from rlcycle.config import cfg, check_dtype, check_range, ensure_valid
 from rlcycle.errors import InputError
 from rlcycle.evaluation.verdict import GateConfig, decide
-from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
+from rlcycle.rollout import PolicySpec, RolloutConfig, in_process_dtype, open_executor
 from rlcycle.schema import EVAL_RESULTS, conform
 from rlcycle.stage import Outcome, RunLayout, StageContext, checkpoint_key, content_key
 
@@ -75,13 +75,7 @@ class EvalConfig(GateConfig):
         "turn reuses the keys/values of earlier prompts (rlcycle/policy/prefix.py); "
         "0 = off. Servers keep their own cache.",
     )
-    dtype: str = cfg(
-        "auto",
-        help="Dtype of a checkpoint run in-process: auto (float32 on a CPU, bfloat16 on a CUDA GPU that "
-        "supports it), float32, bfloat16 or float16. bfloat16 samples ~2x faster than float32 on a CPU "
-        "(SmolLM2) but its logprobs disagree with the trainer's (docs/performance.md); a run in another "
-        "dtype than float32 is named by it (run and event ids differ). Servers keep their own.",
-    )
+    dtype: str = in_process_dtype()
     runner: RunnerConfig = cfg(
         RunnerConfig(),
         help="How episodes run, for both policies (the episode runner's keys; concurrency is `sandboxes`).",

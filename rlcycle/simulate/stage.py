@@ -52,7 +52,7 @@ from rlcycle.config import cfg, check_dtype, check_range, ensure_valid
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
 from rlcycle.faults import crash_point
-from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
+from rlcycle.rollout import PolicySpec, RolloutConfig, in_process_dtype, open_executor
 from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
 
@@ -89,13 +89,7 @@ class SimulateConfig:
         "logprobs at the 1e-6 level, so events are no longer "
         "bit-identical to a cold run.",
     )
-    dtype: str = cfg(
-        "auto",
-        help="Dtype of a checkpoint run in-process: auto (float32 on a CPU, bfloat16 on a CUDA GPU that "
-        "supports it), float32, bfloat16 or float16. bfloat16 samples ~2x faster than float32 on a CPU "
-        "(SmolLM2) but its logprobs disagree with the trainer's (docs/performance.md); a run in another "
-        "dtype than float32 is named by it (run and event ids differ). Servers keep their own.",
-    )
+    dtype: str = in_process_dtype()
     runner: RunnerConfig = cfg(RunnerConfig(), help="How episodes run (the episode runner's keys).")
     user: UserConfig = cfg(UserConfig(), help="How the simulated user behaves.")
     rollout: RolloutConfig = cfg(RolloutConfig(), help="Where episodes run: local or ray (docs/scale.md).")
