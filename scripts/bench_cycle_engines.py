@@ -120,8 +120,8 @@ def main() -> int:
     if "vllm" in runs:
         print(f"  vLLM start (once): {runs['vllm']['start_s']:.1f} s")
     others = [e for e in runs if e != "in-process"]
-    header = "  " + f"{'stage':<10}" + "".join(f"{e + ' c' + str(k + 1):>18}" for e in runs for k in range(args.cycles))
-    print(header + "".join(f"{e + '/fp32':>20}" for e in others))
+    header = "  " + f"{'stage':<10}" + "".join(f"{e + ' c' + str(k + 1):>20}" for e in runs for k in range(args.cycles))
+    print(header + "".join(f"{e + '/fp32':>21}" for e in others))
     for stage in (*STAGES, "total"):
         cells, sums = [], {}
         for e, r in runs.items():
@@ -130,8 +130,8 @@ def main() -> int:
                 cells.append("—" if v is None else f"{v:.1f}")
                 sums[e] = sums.get(e, 0.0) + (v or 0.0)
         base = sums.get("in-process") or float("nan")
-        ratios = "".join(f"{sums[e] / base:>19.2f}x" for e in others)
-        print("  " + f"{stage:<10}" + "".join(f"{c:>18}" for c in cells) + ratios)
+        ratios = "".join(f"{sums[e] / base:>20.2f}x" for e in others)
+        print("  " + f"{stage:<10}" + "".join(f"{c:>20}" for c in cells) + ratios)
     return 0
 
 
