@@ -68,6 +68,7 @@ restarted on the merged directory (`vllm serve OUT`); the hook says so and exits
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -318,21 +319,21 @@ class Local:
         self.prompt = list(tok(PROBE_PROMPT, add_special_tokens=False)["input_ids"])
         self.continuation = list(tok(PROBE_CONTINUATION, add_special_tokens=False)["input_ids"])
         self.ids = self.prompt + self.continuation
-        self.prompt_logprobs = self.policy.score(self.ids[:1], self.ids[1:])
-        self._forced: Any = None
+
+    @functools.cached_property
+    def prompt_logprobs(self) -> list[float]:
+        """The logprob of each of ids[1:] given what precedes it (what `echo` scores)."""
+        return self.policy.score(self.ids[:1], self.ids[1:])
+
+    @functools.cached_property
+    def _forced(self) -> Any:
+        return self.policy.logprobs_at(self.prompt, self.continuation).cpu()
 
     def score(self, prompt: list[int], completion: list[int]) -> list[float]:
         return self.policy.score(prompt, completion)
 
     def at(self, pairs: list[tuple[int, int]]) -> list[float]:
         """log_softmax of the logits (T = 1) at continuation position i for token t, per (i, t)."""
-        import torch
-
-        if self._forced is None:
-            ids = torch.tensor([self.ids], device=self.policy.device)
-            with torch.inference_mode():
-                logits = self.policy.model(input_ids=ids, use_cache=False).logits[0].float()
-            self._forced = torch.log_softmax(logits[len(self.prompt) - 1 : len(self.ids) - 1], dim=-1).cpu()
         return [float(self._forced[i, t]) for i, t in pairs]
 
 

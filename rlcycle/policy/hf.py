@@ -354,17 +354,23 @@ class HFPolicy:
         return out.logits[:, -1, :].float()
 
     # --- scoring (the trainer's view) -------------------------------------------------
+    def logprobs_at(self, prompt: list[int], completion: list[int], temperature: float = 1.0) -> torch.Tensor:
+        """log_softmax(logits / T) over the vocabulary at each completion position (row i: the
+        distribution of completion[i] given prompt + completion[:i]; T = 1 when `temperature` is
+        0), float32, from one forward pass, no cache."""
+        ids = torch.tensor([prompt + completion], device=self.device)
+        with self._lock, torch.inference_mode(), _threads(self.config.num_threads):
+            logits = self.model(input_ids=ids, use_cache=False).logits[0].float()
+        t = temperature if temperature > 0 else 1.0
+        return torch.log_softmax(logits[len(prompt) - 1 : -1] / t, dim=-1)
+
     def score(self, prompt: list[int], completion: list[int], temperature: float = 1.0) -> list[float]:
         """log_softmax(logits / T) of each completion token, from one forward pass, no cache.
 
         This is what a trainer computes; comparing it with Generation.logprobs measures the
         train/inference mismatch (top_p = 1 sampling).
         """
-        ids = torch.tensor([prompt + completion], device=self.device)
-        with self._lock, torch.inference_mode(), _threads(self.config.num_threads):
-            logits = self.model(input_ids=ids, use_cache=False).logits[0].float()
-        t = temperature if temperature > 0 else 1.0
-        logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / t, dim=-1)
+        logp = self.logprobs_at(prompt, completion, temperature)
         return logp.gather(-1, torch.tensor(completion, device=self.device).unsqueeze(-1)).squeeze(-1).tolist()
 
     def top_logprobs(
@@ -375,11 +381,7 @@ class HFPolicy:
         cache. What `rlcycle serve` returns for `logprobs: k` (vLLM's top logprobs)."""
         if not completion or k <= 0:
             return [[] for _ in completion]
-        ids = torch.tensor([prompt + completion], device=self.device)
-        with self._lock, torch.inference_mode(), _threads(self.config.num_threads):
-            logits = self.model(input_ids=ids, use_cache=False).logits[0].float()
-        t = temperature if temperature > 0 else 1.0
-        logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / t, dim=-1)
+        logp = self.logprobs_at(prompt, completion, temperature)
         vals, idx = logp.topk(min(k, logp.shape[-1]), dim=-1)
         return [list(zip(i, v, strict=True)) for i, v in zip(idx.tolist(), vals.tolist(), strict=True)]
 

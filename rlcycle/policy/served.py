@@ -188,7 +188,7 @@ CHECK_TOP = 20  # vLLM's default --max-logprobs
 CHECK_MIN_SPREAD = 0.05
 
 
-def top_spread(policy: Any, model: str, temperature: float) -> list[float] | None:
+def probe_top_logprobs(policy: Any, model: str, temperature: float) -> list[float] | None:
     """The top-CHECK_TOP logprobs of the token after PROBE_IDS at `temperature`, most likely first
     (None: the server returned fewer than two)."""
     from rlcycle.policy.base import SamplingParams
@@ -209,7 +209,7 @@ def top_spread(policy: Any, model: str, temperature: float) -> list[float] | Non
 def logprobs_processed(policy: Any, model: str) -> bool | None:
     """True when the server's logprobs are those of the sampling distribution (after
     temperature), False when they are the raw model's, None when it cannot be told (see above)."""
-    raw, tempered = top_spread(policy, model, 1.0), top_spread(policy, model, CHECK_T)
+    raw, tempered = probe_top_logprobs(policy, model, 1.0), probe_top_logprobs(policy, model, CHECK_T)
     if raw is None or tempered is None:
         return None
     k = min(len(raw), len(tempered)) - 1
