@@ -14,7 +14,9 @@ same process, fp32 on CPU:
 - share on:   `rlcycle train` with `share_prefix = true` (the default): the common prefix of a
               pass runs once, with gradient, and the rows' suffixes on its KV cache;
 - grad ckpt:  (`--grad-ckpt`) `rlcycle train` with gradient_checkpointing (sharing is off
-              under it), to price checkpointing against `share off`.
+              under it), to price checkpointing against `share off`;
+- bf16:       (`--bf16`) `share on` under bf16 autocast (`precision = "bf16"`; fp32 master
+              weights), to price it against `share on` in fp32 on a CPU with native bf16.
 
 Printed per side: tokens/s (every row's prompt + completion tokens, whatever ran once, per
 second of optimizer step: the same token count on every side) and seconds per step, the median
@@ -24,6 +26,7 @@ run's value, and the ratio to the baseline. Speed is measured, never asserted (R
     .venv/bin/python scripts/bench_train.py                              # tiny default model
     .venv/bin/python scripts/bench_train.py --model runs/smol/warm --batch 8 --steps 2 \\
         --warmup 0 --repeats 2 --grad-ckpt                               # SmolLM2-135M
+    .venv/bin/python scripts/bench_train.py --model SMOL --batch 16 --steps 3 --repeats 1 --bf16
 """
 
 from __future__ import annotations
@@ -115,8 +118,7 @@ def run_rlcycle(name: str, out: Path, base: Path, examples: Path, args, **overri
         save_every=0,
         lr=1e-6,
         cpu=True,
-        precision="fp32",
-        **overrides,
+        **{"precision": "fp32", **overrides},
     )
     stage.run(cfg, examples, base, out, overwrite=True, quiet=True)
     rows = rio.read_table(out / stage.METRICS_FILE).to_pylist()[args.warmup :]
@@ -173,6 +175,7 @@ def main() -> None:
     ap.add_argument("--micro-tokens", type=int, default=8192, help="rlcycle's micro_batch_tokens")
     ap.add_argument("--micro-size", type=int, default=8, help="the baseline's rows per forward")
     ap.add_argument("--grad-ckpt", action="store_true", help="add a gradient-checkpointing side")
+    ap.add_argument("--bf16", action="store_true", help="add a bf16-autocast side (share_prefix on)")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args, _ = ap.parse_known_args()  # `scripts/dev.sh bench` passes every bench the same args
     if args.warmup >= args.steps:
@@ -203,6 +206,10 @@ def main() -> None:
             sides["rlcycle, gradient_checkpointing"] = lambda: run_rlcycle(
                 "gc", root / "gc", base, examples, args, gradient_checkpointing=True
             )
+        if args.bf16:
+            sides["rlcycle, share_prefix on, bf16"] = lambda: run_rlcycle(
+                "bf16", root / "bf16", base, examples, args, share_prefix=True, precision="bf16"
+            )
         runs: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
         for rep in range(args.repeats):  # interleaved, so a burst of load hits every side alike
             for name, side in sides.items():
@@ -222,17 +229,20 @@ def main() -> None:
         f"{int(np.median(comp))}"
     )
     base_tps = statistics.median(v for v, _ in runs["baseline (plain HF, padded)"])
-    print(f"{'side':<32} {'tokens/s':>9} {'s/step':>8} {'vs baseline':>12}   runs (tokens/s)")
+    print(f"{'side':<34} {'tokens/s':>9} {'s/step':>8} {'vs baseline':>12}   runs (tokens/s)")
     for name, vals in runs.items():
         tps, sec = statistics.median(v for v, _ in vals), statistics.median(s for _, s in vals)
         each = ", ".join(f"{v:.0f}" for v, _ in vals)
-        print(f"{name:<32} {tps:>9.0f} {sec:>8.2f} {tps / base_tps:>11.2f}x   {each}")
+        print(f"{name:<34} {tps:>9.0f} {sec:>8.2f} {tps / base_tps:>11.2f}x   {each}")
     off = statistics.median(v for v, _ in runs["rlcycle, share_prefix off"])
     on = statistics.median(v for v, _ in runs["rlcycle, share_prefix on"])
     print(f"share_prefix on / off: {on / off:.2f}x")
     if args.grad_ckpt:
         gc = statistics.median(v for v, _ in runs["rlcycle, gradient_checkpointing"])
         print(f"gradient_checkpointing / share_prefix off: {gc / off:.2f}x")
+    if args.bf16:
+        bf16 = statistics.median(v for v, _ in runs["rlcycle, share_prefix on, bf16"])
+        print(f"bf16 autocast / fp32 (share_prefix on): {bf16 / on:.2f}x")
 
 
 if __name__ == "__main__":

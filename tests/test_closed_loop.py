@@ -322,6 +322,12 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
     assert [report["metrics"][v]["counts"]["sessions"] for v in ids[:2]] == [4, 4]
     assert [c["decision"] for c in report["cycles"]] == ["accept", second["decision"], None]
     assert report["verdict"]["improved"] in (True, False) and report["verdict"]["summary"]
+    # step 1 of each cycle's train, as its train_metrics.arrow wrote it; none for the measure run
+    for c, k in zip(report["cycles"][:2], (1, 2), strict=True):
+        row = pl.read_ipc(out / f"cycle-{k}" / "train" / "checkpoint" / "train_metrics.arrow").row(0, named=True)
+        assert c["mismatch"]["mismatch_kl"] == row["mismatch_kl"] and row["step"] == 1
+        assert c["mismatch"]["seq_ratio_min"] <= c["mismatch"]["seq_ratio_max"]
+    assert report["cycles"][2]["mismatch"] is None
     # v0 measured on the measure traffic: the same four sessions as the last version's
     record = json.loads((root / "runs.json").read_text())
     assert [c["name"] for c in record["v0"]["cycles"]] == ["measure"]
@@ -336,6 +342,7 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
     assert experiment["paired"] == {last.replace("/", " "): 4}
     assert experiment["vs_v0"][last]["tests_pass_rate"]["diff"]["kind"] == "paired"
     assert (root / "report.txt").read_text().startswith("Experiment: arms treatment")
+    assert "Serving vs trainer at step 1" in (root / "report.txt").read_text()
     # held-out: v0 and the last version on the same fresh sessions of tasks the arm never saw,
     # kept out of the arm's per-version report (its versions were measured on training tasks)
     held = [

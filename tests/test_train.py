@@ -346,3 +346,16 @@ def test_a_wide_sequence_ratio_spread_at_step_1_is_warned_about(capsys):
     stage._warn_sequence_spread({"seq_ratio_min": 0.9, "seq_ratio_max": 1.1, "mismatch_kl": 0.0})
     stage._warn_sequence_spread({"seq_ratio_min": None, "seq_ratio_max": None})
     assert capsys.readouterr().err == ""
+
+
+def test_one_process_trains_in_fp32_then_bf16(base, examples, tmp_path, capsys):
+    # Accelerate keeps one state per process; a process that trains again (a cycle's arms, a
+    # bench's sides) with another precision gets it, and bf16 autocast passes the packing check.
+    for precision in ("fp32", "bf16", "fp32"):
+        out = tmp_path / precision
+        result = stage.run(tiny(precision=precision), examples, base, out, overwrite=True)
+        assert result.steps == 1
+        want = "bf16" if precision == "bf16" else "no"
+        assert f"precision={want}" in capsys.readouterr().err
+        first = rio.read_table(out / stage.METRICS_FILE).to_pylist()[0]
+        assert first["mismatch_kl"] == pytest.approx(0.0, abs=1e-2 if precision == "bf16" else 1e-5)

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from train_data import VOCAB, make_base, write_examples
 
 from rlcycle import io as rio
+from rlcycle.errors import RlcycleError
 from rlcycle.train import checkpoint as C
 from rlcycle.train import data as D
 from rlcycle.train import loop, stage
@@ -296,3 +297,26 @@ def test_fsdp_turns_sharing_off_and_says_so():
     assert not off.shares_prefix and said and "FSDP" in said[0]
     ddp = SimpleNamespace(distributed_type=DistributedType.MULTI_CPU)
     assert stage._fsdp_without_sharing(ddp, TrainConfig(), said.append).shares_prefix and len(said) == 1
+
+
+class _CrossAttending(torch.nn.Module):
+    """A model whose packed sequences attend to each other: an explicit all-ones attention mask
+    makes transformers ignore the position-id restarts (what an attention kernel without
+    packed-sequence support does)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, **kw):
+        return self.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kw)
+
+
+def test_packing_check_passes_honest_packing_in_fp32_and_bf16_and_fails_a_leak(base):
+    model = model_of(base).eval()
+    assert loop.check_packing(model, "cpu", VOCAB, loop.PACKING_KL["fp32"]) < 1e-6
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert loop.check_packing(model, "cpu", VOCAB, loop.PACKING_KL["bf16"]) <= loop.PACKING_KL["bf16"]
+    with pytest.raises(RlcycleError, match="KL up to .* does not honour position-id restarts") as e:
+        loop.check_packing(_CrossAttending(model), "cpu", VOCAB, loop.PACKING_KL["fp32"])
+    assert "batching=bucketed" in e.value.hint

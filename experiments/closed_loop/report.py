@@ -168,6 +168,7 @@ def build_report(out: Path, runs: dict[str, Any]) -> dict[str, Any]:
                 "decision": c.get("decision"),
                 "failed_gates": stages.get("eval", {}).get("result", {}).get("failed_gates", []),
                 **_eval_summary(run),
+                "mismatch": _step1_mismatch(run),
                 "deployed": c.get("deployed"),
                 "deployed_label": label(c.get("deployed"), f"deployed by {c['name']}"),
                 "stage_seconds": {
@@ -271,6 +272,20 @@ def _eval_summary(run: RunDir | None) -> dict[str, Any]:
         "eval_pass": {side: m.get(side, {}).get("pass@1") for side in ("candidate", "baseline")},
         "eval_latency_ratio": ratio,
     }
+
+
+STEP1 = ("mismatch_kl", "ratio_min", "ratio_max", "seq_ratio_min", "seq_ratio_max", "is_frac", "clip_frac")
+
+
+def _step1_mismatch(run: RunDir | None) -> dict[str, float] | None:
+    """Step 1 of the cycle's train (weights still = the sampler's): how far the behaviour
+    logprobs the server logged are from the trainer's own. `is_frac` is the share of tokens whose
+    importance weight was truncated; `seq_ratio_*` the spread of e^Σlog r per sequence."""
+    frame = table(run, "train_metrics", ["step"], STEP1)
+    if frame is None or frame.is_empty():
+        return None
+    row = frame.sort("step").row(0, named=True)
+    return {k: row[k] for k in STEP1 if row.get(k) is not None}
 
 
 def _weight_change(home: Path, first: str | None, version: str) -> float | None:
@@ -407,6 +422,31 @@ def render(report: dict[str, Any]) -> str:
         ],
         rows,
     )
+    steps = [(c["run"], c["mismatch"]) for c in report["cycles"] if c.get("mismatch")]
+    if steps:
+        w("")
+        w("Serving vs trainer at step 1 of each cycle's train (the weights the samples came from)")
+        lines += text.text_table(
+            [
+                "run",
+                "mismatch KL",
+                "token ratio min-max",
+                "sequence ratio min-max",
+                "IS-truncated share",
+                "clipped share",
+            ],
+            [
+                [
+                    run,
+                    _num(m.get("mismatch_kl")),
+                    f"{_num(m.get('ratio_min'))}-{_num(m.get('ratio_max'))}",
+                    f"{_num(m.get('seq_ratio_min'))}-{_num(m.get('seq_ratio_max'))}",
+                    _num(m.get("is_frac")),
+                    _num(m.get("clip_frac")),
+                ]
+                for run, m in steps
+            ],
+        )
     w("")
     w("Policy versions")
     for v in report["versions"]:
@@ -430,6 +470,10 @@ def render(report: dict[str, Any]) -> str:
     for r in v["reasons"]:
         w(f"  - {r}")
     return "\n".join(lines)
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
 
 
 def _pct(x: float | None) -> str:

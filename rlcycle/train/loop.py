@@ -53,8 +53,10 @@ def make_accelerator(config: TrainConfig):
     cpu = config.cpu or not torch.cuda.is_available()
     # Without cpu=True, Accelerate on a CPU-only host ignores torchrun's WORLD_SIZE and every
     # process would train alone on its share: the silent failure this check exists for.
-    acc = Accelerator(cpu=cpu, mixed_precision=resolve_precision(config, cpu), step_scheduler_with_optimizer=False)
+    precision = resolve_precision(config, cpu)
     launched = int(os.environ.get("WORLD_SIZE", "1"))
+    _forget_other_precision(precision, launched)
+    acc = Accelerator(cpu=cpu, mixed_precision=precision, step_scheduler_with_optimizer=False)
     if acc.num_processes != launched:
         raise RlcycleError(
             f"the launcher started {launched} processes but Accelerate sees {acc.num_processes}",
@@ -67,6 +69,17 @@ def make_accelerator(config: TrainConfig):
             hint="use FSDP (`accelerate config` -> FSDP, FULL_SHARD is ZeRO-3's equivalent)",
         )
     return acc
+
+
+def _forget_other_precision(precision: str, launched: int) -> None:
+    """Accelerate keeps one process-wide state and refuses a second Accelerator with another
+    mixed precision; a single process that trains again (a cycle, a bench, a notebook) with
+    another `precision` starts it afresh. Launched processes keep theirs (one run each)."""
+    from accelerate.state import AcceleratorState
+
+    state = AcceleratorState._shared_state
+    if launched == 1 and state and state.get("_mixed_precision", precision) != precision:
+        AcceleratorState._reset_state()
 
 
 def resolve_precision(config: TrainConfig, cpu: bool) -> str:
@@ -157,8 +170,16 @@ def completion_logprobs(model, batch: D.Batch, device) -> torch.Tensor:
     return -F.cross_entropy(logits, batch.labels.to(device), reduction="none")
 
 
+# The packing check's limit on KL(alone || packed) per position, in nats. Measured on
+# SmolLM2-135M (12 random tokens, sdpa, CPU): honest packing 7e-8 in fp32 and 2.0e-3 under bf16
+# autocast (its max |Δ log p| over the vocabulary 0.28: bf16 rounding of the tail, which is why
+# the check does not use that), a packed batch whose attention crosses sequences 4.7-4.9.
+PACKING_KL = {"fp32": 1e-4, "bf16": 2e-2}
+
+
 def check_packing(model, device, vocab_size: int, tolerance: float) -> float:
-    """Packed sequences must score exactly as they do alone; returns the max |difference|.
+    """Packed sequences must score as they do alone; returns the largest KL(alone || packed)
+    over their positions (nats).
 
     A model whose attention ignores the position-id restarts would let packed sequences
     attend to each other: a silent train/inference mismatch. Raises with a hint if so.
@@ -167,19 +188,21 @@ def check_packing(model, device, vocab_size: int, tolerance: float) -> float:
     a, b = torch.randint(0, vocab_size, (7,), generator=g), torch.randint(0, vocab_size, (5,), generator=g)
     pos = torch.cat([torch.arange(7), torch.arange(5)])[None].to(device)
     with torch.no_grad():
-        alone = [
-            F.log_softmax(model(input_ids=x[None].to(device), use_cache=False).logits[0].float(), -1) for x in (a, b)
-        ]
+        alone = torch.cat(
+            [F.log_softmax(model(input_ids=x[None].to(device), use_cache=False).logits[0].float(), -1) for x in (a, b)]
+        )
         packed = model(input_ids=torch.cat([a, b])[None].to(device), position_ids=pos, use_cache=False).logits
         packed = F.log_softmax(packed[0].float(), -1)
-    diff = max((packed[:7] - alone[0]).abs().max().item(), (packed[7:] - alone[1]).abs().max().item())
-    if not diff <= tolerance:
+    kl = float((alone.exp() * (alone - packed)).sum(-1).max())
+    if not kl <= tolerance:
+        diff = float((packed - alone).abs().max())
         raise RlcycleError(
-            f"this model scores packed sequences differently from single ones (max |Δ log p| = "
-            f"{diff:.3g}): its attention does not honour position-id restarts",
+            f"this model scores packed sequences differently from single ones (KL up to {kl:.3g} nats per "
+            f"position, limit {tolerance:g}; max |Δ log p| = {diff:.3g}): its attention does not honour "
+            "position-id restarts",
             hint="--set batching=bucketed (padding instead of packing), or attn_implementation=flash_attention_2",
         )
-    return diff
+    return kl
 
 
 # --- resumable state --------------------------------------------------------------------------------

@@ -151,7 +151,9 @@ def run(
     if config.kl_coef > 0:
         ref = acc.prepare_model(loop.load_model(base_info.path, config, trainable=False), evaluation_mode=True)
     if config.batching == "packed":
-        loop.check_packing(model, acc.device, vocab, 5e-2 if acc.mixed_precision == "bf16" else 1e-3)
+        loop.check_packing(
+            model, acc.device, vocab, loop.PACKING_KL["bf16" if acc.mixed_precision == "bf16" else "fp32"]
+        )
     data_hashes = [{"path": p, "sha256": file_sha256(p)} for p in paths]
     state_dir = Path(config.state_dir) if config.state_dir else out.parent / f"{out.name}.state"
     fp = _fingerprint(config, data_hashes, base_info.id, acc.num_processes)
