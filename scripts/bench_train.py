@@ -5,7 +5,7 @@ model's own tokenizer: every row's prompt is the system prompt + tool specs (ide
 row) + the row's task text; the completion is a ~30-token tool call. With `--turns 2` each
 session adds a second call whose prompt is the first call's prompt + its tool call + a tool
 result. All sides train the same steps on the same rows (schedule order, no shuffle), in the
-same process, fp32 on CPU:
+same process, fp32 on CPU (but the `--bf16` side):
 
 - baseline:   a plain Hugging Face training loop: `micro_batch_size` rows per forward,
               right-padded with an attention mask, logits of every position, completion

@@ -55,7 +55,7 @@ def make_accelerator(config: TrainConfig):
     # process would train alone on its share: the silent failure this check exists for.
     precision = resolve_precision(config, cpu)
     launched = int(os.environ.get("WORLD_SIZE", "1"))
-    _forget_other_precision(precision, launched)
+    _forget_other_precision(precision, cpu, launched)
     acc = Accelerator(cpu=cpu, mixed_precision=precision, step_scheduler_with_optimizer=False)
     if acc.num_processes != launched:
         raise RlcycleError(
@@ -71,15 +71,20 @@ def make_accelerator(config: TrainConfig):
     return acc
 
 
-def _forget_other_precision(precision: str, launched: int) -> None:
+def _forget_other_precision(precision: str, cpu: bool, launched: int) -> None:
     """Accelerate keeps one process-wide state and refuses a second Accelerator with another
     mixed precision; a single process that trains again (a cycle, a bench, a notebook) with
-    another `precision` starts it afresh. Launched processes keep theirs (one run each)."""
+    another `precision`, or on the CPU after a GPU run, starts it afresh (device included).
+    Launched processes keep theirs (one run each)."""
     from accelerate.state import AcceleratorState
 
     state = AcceleratorState._shared_state
-    if launched == 1 and state and state.get("_mixed_precision", precision) != precision:
-        AcceleratorState._reset_state()
+    if launched != 1 or not state:
+        return
+    device = state.get("device")
+    other_device = cpu and device is not None and getattr(device, "type", "cpu") != "cpu"
+    if state.get("_mixed_precision", precision) != precision or other_device:
+        AcceleratorState._reset_state(reset_partial_state=True)
 
 
 def resolve_precision(config: TrainConfig, cpu: bool) -> str:
@@ -173,7 +178,9 @@ def completion_logprobs(model, batch: D.Batch, device) -> torch.Tensor:
 # The packing check's limit on KL(alone || packed) per position, in nats. Measured on
 # SmolLM2-135M (12 random tokens, sdpa, CPU): honest packing 7e-8 in fp32 and 2.0e-3 under bf16
 # autocast (its max |Δ log p| over the vocabulary 0.28: bf16 rounding of the tail, which is why
-# the check does not use that), a packed batch whose attention crosses sequences 4.7-4.9.
+# the check does not use that), a packed batch whose attention crosses sequences 4.7-4.9. So
+# under bf16 a leak is caught when it moves predictions more than bf16 rounding can: a
+# random-weight model, whose predictions barely depend on context, leaks only 3.7e-3.
 PACKING_KL = {"fp32": 1e-4, "bf16": 2e-2}
 
 
