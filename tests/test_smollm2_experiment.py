@@ -10,6 +10,7 @@ that cannot start fails; elsewhere it skips.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,11 +20,13 @@ from conftest import REPO
 
 from experiments.closed_loop import run as loop
 from rlcycle.cycle import Cycle
+from rlcycle.distill.spec import load_spec
 from rlcycle.policy.registry import Registry
 from rlcycle.resources import tasks
 from rlcycle.stage import RunLayout
 
 CONFIG = REPO / "experiments" / "closed_loop" / "smollm2.toml"
+REWARDS = REPO / "experiments" / "closed_loop" / "smollm2_rewards.toml"
 
 
 def test_the_smollm2_plan_resolves_every_run(tmp_path):
@@ -50,7 +53,15 @@ def test_the_smollm2_plan_resolves_every_run(tmp_path):
     first = json.loads(r.stdout[r.stdout.index("{") :])  # the first run's resolved cycle config
     assert first["serving_url"] == "http://127.0.0.1:8311" and first["train"]["lora"]["r"] == 16
     assert "rlcycle.deploy.vllm" in first["deploy"]["hook"] and first["simulate"]["runner"]["temperature"] == 0.7
+    assert first["reward_spec"] == str(REWARDS) and first["train"]["save_every"] == 4
     assert not out.exists()  # a plan writes no run
+
+
+def test_the_smollm2_reward_spec_is_the_bundled_one_less_latency():
+    bundled, ours = (dataclasses.asdict(load_spec(p)) for p in (REPO / "sample_data" / "rewards.toml", REWARDS))
+    assert ours["distill"] == bundled["distill"]
+    assert ours["signals"] == [s for s in bundled["signals"] if s["name"] != "latency"]
+    assert len(ours["signals"]) == len(bundled["signals"]) - 1
 
 
 def test_the_smollm2_config_samples_from_vllm(vllm, docker_client, tmp_path, rlcycle_home):
