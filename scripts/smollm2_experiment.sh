@@ -113,7 +113,11 @@ fi
 # --- 5. the arms ---------------------------------------------------------------------------
 PLAN_FLAG=()
 [ -n "${PLAN:-}" ] && PLAN_FLAG=(--plan)
-"$PY" experiments/closed_loop/run.py "${PLAN_FLAG[@]}" --config experiments/closed_loop/smollm2.toml \
-  --arms treatment,control --cycles "$CYCLES" --episodes "$EPISODES" --measure-episodes "$MEASURE" --start "$START" \
-  --tasks "$W/traffic" --heldout "$HELDOUT" --seed "$SEED" --out "$OUT" \
-  --set serving_url="$URL" --set reward_spec="$(realpath "$REWARDS")"
+# Every core for torch: run.py's one_thread default (1 thread, for tiny models on busy cores) made
+# SmolLM2's LoRA steps 1.7x slower here (290 vs 494 tokens/s, docs/performance.md); vLLM is idle
+# while the trainer runs, and the trainer is idle while vLLM samples.
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}" \
+  "$PY" experiments/closed_loop/run.py "${PLAN_FLAG[@]}" --config experiments/closed_loop/smollm2.toml \
+    --arms treatment,control --cycles "$CYCLES" --episodes "$EPISODES" --measure-episodes "$MEASURE" --start "$START" \
+    --tasks "$W/traffic" --heldout "$HELDOUT" --seed "$SEED" --out "$OUT" \
+    --set serving_url="$URL" --set reward_spec="$(realpath "$REWARDS")"
