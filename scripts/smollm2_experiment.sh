@@ -5,7 +5,7 @@
 #   bash scripts/smollm2_experiment.sh 2 runs/my_smol    # another seed, another output directory
 #   PLAN=1 bash scripts/smollm2_experiment.sh 1          # resolve every run's config; start nothing, run nothing
 #   CYCLES=1 MEASURE=32 PROBE=0 bash scripts/smollm2_experiment.sh 1 runs/smol_pilot   # the pilot of closed_loop.md 6
-#   REWARDS=sample_data/rewards.toml CYCLES=1 bash scripts/smollm2_experiment.sh 1 runs/smol_s1_c1   # seed 1 as run (56 min)
+#   REWARDS=sample_data/rewards.toml OMP_NUM_THREADS=1 CYCLES=1 bash scripts/smollm2_experiment.sh 1 runs/smol_s1_c1  # seed 1 (design A)
 #
 # Environment: CYCLES (2), EPISODES per cycle (64), MEASURE sessions per measure run (64),
 # WARM_STEPS (12), PROBE=0 skips v0's band check, DTYPE of the vLLM (float32: bf16 vLLM on a CPU
