@@ -45,6 +45,7 @@ RL=(.venv/bin/python -m rlcycle)
 W="${SMOL_DIR:-runs/smol2}"   # the split, the start and the probe, shared by every seed
 FAMILIES=(compare default range rename return string)
 log() { printf '[smollm2] %s\n' "$*" >&2; }
+[ -f "$REWARDS" ] || { log "REWARDS=$REWARDS: no such file (a reward spec, e.g. sample_data/rewards.toml)"; exit 2; }
 
 # --- 0. install ----------------------------------------------------------------------------
 bash scripts/dev.sh setup

@@ -57,6 +57,19 @@ def test_the_smollm2_plan_resolves_every_run(tmp_path):
     assert not out.exists()  # a plan writes no run
 
 
+def test_a_missing_reward_spec_stops_the_script_before_anything_runs(tmp_path):
+    env = {**os.environ, "PLAN": "1", "SMOL_DIR": str(tmp_path / "smol"), "REWARDS": str(tmp_path / "nope.toml")}
+    r = subprocess.run(
+        ["bash", "scripts/smollm2_experiment.sh", "3", str(tmp_path / "out")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "nope.toml: no such file" in r.stderr
+    assert not (tmp_path / "smol").exists() and not (tmp_path / "out").exists()
+
+
 def test_the_smollm2_reward_spec_is_the_bundled_one_less_latency():
     bundled, ours = (dataclasses.asdict(load_spec(p)) for p in (REPO / "sample_data" / "rewards.toml", REWARDS))
     assert ours["distill"] == bundled["distill"]
