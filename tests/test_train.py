@@ -96,6 +96,7 @@ def test_first_step_is_on_policy_and_metrics_are_logged(base, examples, tmp_path
     assert last["kl_ref"] > 0 and last["mismatch_kl"] > 0  # the policy has moved from μ
     for key in ("loss", "grad_norm", "tokens_per_s", "clip_frac_high", "is_frac"):
         assert math.isfinite(last[key]), key
+    assert 0 < first["peak_memory_gb"] <= last["peak_memory_gb"]  # the process's peak RSS so far
 
 
 def test_checkpoint_loads_generates_and_records_lineage(base, base_id, examples, tmp_path):

@@ -57,6 +57,7 @@ def test_train_json_summary(cli, inputs, tmp_path):
     assert doc["output"] == str(tmp_path / "ck") and doc["steps"] == 1
     # The summary on stderr (train/stage.py format_summary), after the JSON on stdout.
     assert "train: 1 steps (0 skipped) on 1 process(es) in " in r.stderr
+    assert "  memory         peak " in r.stderr and " GB (CPU: process RSS" in r.stderr
     assert f"  checkpoint     {tmp_path / 'ck'} (id {doc['checkpoint_id'][:19]}, parent " in r.stderr
     meta = json.loads((tmp_path / "ck" / "rlcycle.json").read_text())
     assert meta["config"]["objective"] == "cispo" and meta["config"]["lr"] == 1e-3

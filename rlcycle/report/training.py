@@ -38,8 +38,11 @@ SUMMARY = (
     "padding_fraction",
     "tokens_per_s",
     "step_seconds",
+    "peak_memory_gb",
 )
 NOTES = {
+    "peak_memory_gb": "peak so far: CPU the trainer process's RSS, CUDA the allocator's; the host's "
+    "other tenants (a vLLM server) are not in it",
     "kl_ref": "KL to the frozen base (only with kl_coef > 0)",
     "mismatch_kl": "KL(sampler ‖ trainer) over loss tokens; large at step 1 means the examples' logprobs "
     "do not match the base (another checkpoint, tempered logprobs, a template drift)",

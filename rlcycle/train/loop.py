@@ -36,6 +36,7 @@ from rlcycle import io as rio
 from rlcycle.errors import RlcycleError
 from rlcycle.train import data as D
 from rlcycle.train import loss as L
+from rlcycle.train import memory as M
 from rlcycle.train import prefix as PX
 from rlcycle.train.config import TrainConfig
 
@@ -331,4 +332,5 @@ class Trainer:
             "skipped": not finite,
             "tokens_per_s": tokens / seconds if seconds > 0 else None,
             "step_seconds": seconds,
+            "peak_memory_gb": M.peak_gb(self.acc.device),
         }

@@ -39,7 +39,7 @@ from rlcycle.digest import file_sha256
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.train import checkpoint as C
 from rlcycle.train import data as D
-from rlcycle.train import loop
+from rlcycle.train import loop, memory
 from rlcycle.train.config import TrainConfig
 
 METRICS_FILE = "train_metrics.arrow"
@@ -82,6 +82,7 @@ TRAIN_METRICS_SCHEMA = pa.schema(
         ("skipped", pa.bool_()),
         ("tokens_per_s", _F),
         ("step_seconds", _F),
+        ("peak_memory_gb", _F),
     ],
     metadata={b"rlcycle.schema": b"train_metrics", b"rlcycle.schema_version": b"1"},
 )
@@ -227,9 +228,15 @@ def _train(
 ) -> bool:
     """Steps start..n; appends metrics rows; True when stopped early by stop_after."""
     progress = console.Progress("train", quiet=quiet or not acc.is_main_process)
+    memory_warned = False
     for k in range(start, schedule.n_steps):
         row = trainer.step(k)
         rows.append(row)
+        if not memory_warned and acc.is_main_process and not quiet:
+            low = memory.pressure(acc.device)
+            if low:
+                console.warn(f"step {k + 1}: {low}")
+                memory_warned = True
         if k == 0 and acc.is_main_process and not quiet and (row.get("mismatch_kl") or 0) > MISMATCH_WARN:
             console.warn(
                 f"step 1: the behaviour logprobs are far from this base (mismatch KL "
@@ -459,6 +466,8 @@ def summarize_run(rows: list[dict], ex: D.Examples) -> dict[str, Any]:
         out[f"{key}_mean"] = sum(vals) / len(vals) if vals else None
     for key in ("seq_ratio_min", "seq_ratio_max", "seq_log_ratio_std"):  # step 1: the serving mismatch itself
         out[f"{key}_first"] = ok[0].get(key) if ok else None
+    peaks = [r["peak_memory_gb"] for r in rows if r.get("peak_memory_gb") is not None]
+    out["peak_memory_gb_max"] = max(peaks) if peaks else None
     out["loss_first"] = ok[0]["loss"] if ok else None
     out["loss_last"] = ok[-1]["loss"] if ok else None
     return out
@@ -534,6 +543,7 @@ def format_summary(r: TrainResult) -> str:
         f"ESS {_g(s.get('ess_mean'))}, clip {_g(s.get('clip_frac_mean'))}, IS-capped {_g(s.get('is_frac_mean'))}",
         f"  sequence ratio e^Σlog r at step 1: {_g(s.get('seq_ratio_min_first'))}-{_g(s.get('seq_ratio_max_first'))} "
         f"(std of Σlog r {_g(s.get('seq_log_ratio_std_first'))}; docs/vllm.md: bf16 serving)",
+        f"  memory         peak {_g(s.get('peak_memory_gb_max'))} GB (CPU: process RSS; CUDA: allocated)",
         f"  checkpoint     {r.output} (id {_short(r.checkpoint_id)}, parent {_short(r.parent_id)})",
         f"  metrics        {r.metrics_path}",
     ]
