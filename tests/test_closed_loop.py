@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import polars as pl
 import pytest
 from conftest import SAMPLE
 
+from experiments.closed_loop import pool
 from experiments.closed_loop import run as loop
 from experiments.closed_loop.report import ab_cells, loop_metrics
 from rlcycle import stats
@@ -237,6 +239,13 @@ def test_plan_resolves_every_run_and_writes_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_pool_refuses_what_is_not_a_finished_seed(tmp_path, capsys):
+    assert pool.main([str(tmp_path)]) == 2
+    assert f"{tmp_path / 'runs.json'}: no such file" in capsys.readouterr().err
+    assert pool.main([str(tmp_path), str(tmp_path)]) == 2
+    assert "given twice" in capsys.readouterr().err
+
+
 def test_user_verdict_is_the_hidden_tests_verdict():
     """tests_passed from the simulated user's follow-up: satisfied texts pass, complaints fail,
     anything else (a clarification answer, no follow-up) says nothing."""
@@ -373,6 +382,19 @@ def test_two_cycles_stay_on_policy(cli, tmp_path, docker_client, capsys):
     page = (root / "report.html").read_text()
     assert "Paired by session" in page and f"matched sessions ({last_id} − {v0}: 4)" in page
     assert not (root / "report").exists()  # no fabricated run directory
+    # pool.py over two copies of this seed: each copy's difference is the report's, the pool has
+    # the same difference over twice the sessions; no control arm ran, so no comparison with it
+    twin = tmp_path / "twin"
+    shutil.copytree(root, twin)
+    pooled = pool.pool([root, twin])
+    for suite, block in (("traffic", experiment), ("heldout", experiment["heldout"])):
+        rows = pooled["suites"][suite]["comparisons"]
+        assert set(rows) == {"treatment - v0"}
+        single = rows["treatment - v0"]["seeds"][str(root)]
+        want = block["vs_v0"][last]["tests_pass_rate"]["diff"]["value"]
+        assert single["n"] == 4 and single["diff"]["tests_pass_rate"]["value"] == pytest.approx(want)
+        assert rows["treatment - v0"]["pooled"]["n"] == 8
+        assert rows["treatment - v0"]["pooled"]["diff"]["tests_pass_rate"]["value"] == pytest.approx(want)
 
 
 @pytest.mark.docker
