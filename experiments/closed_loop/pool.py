@@ -77,7 +77,10 @@ def seed_facts(out: Path) -> dict[str, dict[str, Measured]]:
 
 def _keyed(m: Measured, prefix: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The measured run's facts and user labels with each session key prefixed by its seed."""
-    return tuple(f.with_columns(pl.concat_str(pl.lit(f"{prefix}|"), C("session").cast(pl.String))) for f in m[1:])
+    return tuple(
+        f.with_columns(pl.concat_str(pl.lit(f"{prefix}|"), C("session").cast(pl.String)).alias("session"))
+        for f in m[1:]
+    )
 
 
 def difference(pairs: list[tuple[Measured, Measured, str]]) -> tuple[dict[str, Estimate], int]:
