@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
-from train_data import make_base, make_rows, write_examples
+from train_data import MEMINFO, make_base, make_rows, write_examples
 
 from rlcycle.cli import train_cmd
 from rlcycle.config import resolve
 from rlcycle.train import checkpoint as C
-from rlcycle.train import launch
+from rlcycle.train import launch, memory
 from rlcycle.train.config import TrainConfig
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data" / "train.toml"
@@ -121,3 +122,21 @@ def test_relaunch_drops_only_the_launch_option():
     cmd = launch.torchrun_command(2, args, port=29999)
     assert cmd[1:3] == ["-m", "torch.distributed.run"] and "--nproc_per_node" in cmd
     assert cmd[cmd.index("--nproc_per_node") + 1] == "2" and cmd[-len(args) - 2 :] == ["-m", "rlcycle", *args]
+
+
+@pytest.mark.parametrize("avail_kb, warned", [(1_000_000, True), (12_000_000, False)])
+def test_train_records_peak_memory_and_warns_once_on_a_full_host(cli, inputs, tmp_path, monkeypatch, avail_kb, warned):
+    fake = tmp_path / "meminfo"
+    fake.write_text(MEMINFO.format(avail=avail_kb))
+    monkeypatch.setattr(memory, "MEMINFO", fake)
+    base, ex = inputs
+    r = cli(["train", ex, "--base", base, "-o", tmp_path / "ck", "--set", "batch_size=1", "--set", "lr=1e-3"])
+    assert r.exit_code == 0, r.output
+    steps = pl.read_ipc(tmp_path / "ck" / "train_metrics.arrow")
+    assert steps.height == 4
+    peaks = steps["peak_memory_gb"].to_list()
+    assert peaks[0] > 0.01 and peaks == sorted(peaks)  # a process peak only grows
+    assert r.stderr.count("is still available") == (1 if warned else 0)
+    if warned:
+        assert "step 1: only 1.0 of the host's 25.2 GB is still available" in r.stderr
+    assert f"  memory         peak {peaks[-1]:.4g} GB" in r.stderr

@@ -110,3 +110,11 @@ def write_examples(
 
     rio.write_table(table, path)
     return path
+
+
+# /proc/meminfo's text with MemAvailable to fill in (kB): rlcycle/train/memory.py reads it.
+MEMINFO = """MemTotal:       24576000 kB
+MemFree:          512000 kB
+MemAvailable:    {avail} kB
+Buffers:            1024 kB
+"""
