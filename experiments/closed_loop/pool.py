@@ -36,7 +36,16 @@ if __package__ in (None, ""):  # run as a file: the checkout root (two folders u
 import polars as pl  # noqa: E402
 import typer  # noqa: E402
 
-from experiments.closed_loop.compare import HELDOUT, MEASURE, V0, Measured, _heldout_view, measured_run  # noqa: E402
+from experiments.closed_loop.compare import (  # noqa: E402
+    HELDOUT,
+    MEASURE,
+    V0,
+    Measured,
+    _heldout_view,
+    matched_sessions,
+    measured_run,
+    paired_cells,
+)
 from experiments.closed_loop.report import _scoring  # noqa: E402
 from rlcycle import online  # noqa: E402
 from rlcycle.errors import InputError  # noqa: E402
@@ -46,6 +55,7 @@ C = pl.col
 SUITES = {"traffic": MEASURE, "heldout": HELDOUT}
 COMPARISONS = (("treatment", V0), ("treatment", "control"), ("control", V0))  # (b, a): b − a
 RECORD = "runs.json"
+NAMES = [*online.METRICS, "dissatisfied_truth"]  # every paired metric, the simulated user's labels too
 
 
 def seed_facts(out: Path) -> dict[str, dict[str, Measured]]:
@@ -63,9 +73,9 @@ def seed_facts(out: Path) -> dict[str, dict[str, Measured]]:
         )
     scoring = _scoring(out / arms[0], record["arms"][arms[0]])
     suites: dict[str, dict[str, Measured]] = {}
+    runs = {V0: record["v0"], **{a: record["arms"][a] for a in arms}}
     for suite, name in SUITES.items():
-        view = (lambda runs: runs) if name == MEASURE else _heldout_view
-        runs = {V0: record["v0"], **{a: record["arms"][a] for a in arms}}
+        view = (lambda r: r) if name == MEASURE else _heldout_view
         measured = {v: measured_run(out / v, view(r), scoring, name) for v, r in runs.items()}
         if any(m is None for m in measured.values()):
             if suite == "traffic":
@@ -75,22 +85,20 @@ def seed_facts(out: Path) -> dict[str, dict[str, Measured]]:
     return suites
 
 
-def _keyed(m: Measured, prefix: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The measured run's facts and user labels with each session key prefixed by its seed."""
-    return tuple(
-        f.with_columns(pl.concat_str(pl.lit(f"{prefix}|"), C("session").cast(pl.String)).alias("session"))
-        for f in m[1:]
-    )
+def _keyed(m: Measured, prefix: str) -> Measured:
+    """The measured run with each session key of its facts and user labels prefixed by its seed."""
+    key = pl.concat_str(pl.lit(f"{prefix}|"), C("session").cast(pl.String)).alias("session")
+    return m[0], m[1].with_columns(key), m[2].with_columns(key)
 
 
 def difference(pairs: list[tuple[Measured, Measured, str]]) -> tuple[dict[str, Estimate], int]:
-    """b − a per metric over the matched sessions of every (a, b, seed) given."""
+    """b − a per metric over the matched sessions of every (a, b, seed) given: compare.py's
+    paired cells on the seeds' sessions concatenated."""
     a = [_keyed(x, seed) for x, _, seed in pairs]
     b = [_keyed(y, seed) for _, y, seed in pairs]
-    diffs, n = online.paired_differences(pl.concat([f for f, _ in a]), pl.concat([f for f, _ in b]))
-    truth, _ = online.paired_differences(pl.concat([t for _, t in a]), pl.concat([t for _, t in b]))
-    diffs["dissatisfied_truth"] = truth["dissatisfied_rate"]
-    return diffs, n
+    pa_, pb = ((None, pl.concat([m[1] for m in ms]), pl.concat([m[2] for m in ms])) for ms in (a, b))
+    cells = paired_cells(pa_, pb, NAMES, {})
+    return {k: c.diff for k, c in cells.items()}, matched_sessions(pa_, pb)
 
 
 def pool(outs: list[Path]) -> dict[str, Any]:
