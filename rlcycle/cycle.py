@@ -109,11 +109,11 @@ class CycleConfig:
     )
     serving_url: str | None = cfg(
         None,
-        help="An OpenAI-compatible server (vLLM: `rlcycle serve --engine vllm --policy production`) serving "
+        help="An OpenAI-compatible server (vLLM: `rlcycle serve --policy production`) serving "
         "the base: sets simulate.server and eval.server where they are not set, so simulate samples the base "
         "and eval runs both arms there, each checkpoint asked for by its served identity (its adapter "
         "rlcycle-<12 hex>, or full weights rooted at its directory). `{serving_url}` and `{python}` (this "
-        "interpreter) in deploy.hook are replaced, e.g. `{python} -m rlcycle.deploy.vllm --url {serving_url}`. "
+        "interpreter) in deploy.hook are replaced, e.g. `{python} -m rlcycle deploy-vllm --url {serving_url}`. "
         "Needs train.lora.r > 0 (vLLM hot-loads adapters). None: every stage in-process (docs/vllm.md).",
     )
     # The stage tables: each stage's own defaults (production defaults) under what a table sets.

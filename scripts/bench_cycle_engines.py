@@ -8,7 +8,7 @@ Both engines run `rlcycle cycle --config vllm` (rlcycle/configs/vllm.toml: 16 si
 a 2-step LoRA train, eval, deploy) on the same model, seeds and tasks, one engine after the
 other, `--cycles` cycles each in a row (cycle k samples what cycle k-1 deployed), each engine in
 a fresh RLCYCLE_HOME whose registry holds `--model` as production:
-- vllm: `rlcycle serve --engine vllm --policy production` (dtype auto: float32 on a CPU without
+- vllm: `rlcycle serve --policy production` (dtype auto: float32 on a CPU without
   native bf16), the config's `serving_url` set to it; simulate and eval sample through it and
   the deploy hook hot-loads each new adapter into it. The server's start is reported apart.
 - in-process: the same config with `serving_url` and the deploy hook unset: simulate and eval
@@ -47,7 +47,7 @@ def run_cycles(engine: str, model: Path, root: Path, cycles: int, extra: list[st
         if engine == "vllm":
             t = time.perf_counter()
             server = subprocess.Popen(
-                [sys.executable, "-m", "rlcycle", "serve", "--engine", "vllm", "--policy", "production"]
+                [sys.executable, "-m", "rlcycle", "serve", "--policy", "production"]
                 + ["--port", "0", "--set", f"log={root / 'vllm.log'}"],
                 env=env,
                 stdout=subprocess.PIPE,

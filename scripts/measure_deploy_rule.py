@@ -3,7 +3,7 @@ deploy and fail the server that still answers with older weights? docs/vllm.md, 
 
     .venv/bin/python scripts/measure_deploy_rule.py URL START C1 C2 [C3 ...]
 
-URL serves START (e.g. `rlcycle serve --engine vllm --policy START`, bf16); C1 is a LoRA
+URL serves START (e.g. `rlcycle serve --policy START`, bf16); C1 is a LoRA
 checkpoint trained from START, C2 from C1 (continue_adapter), and so on: a chain of cycles, as
 the SmolLM2 experiment writes them. For each Ck (previous version P = C(k-1), or none for C1),
 three servers are imitated by what is loaded under a fresh name:

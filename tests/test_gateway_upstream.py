@@ -1,7 +1,7 @@
 """The gateway when its upstream goes away and comes back (rlcycle/gateway/upstream.py), fast.
 
-The upstream is `rlcycle serve`'s real HTTP server over the tiny model (in this process), stopped
-and started again on the same port; the gateway, its prober, the official `openai` SDK and the
+The upstream is a second gateway serving the tiny model in-process over vLLM's /v1/completions
+(in this process), stopped and started again on the same port; the gateway, its prober, the official `openai` SDK and the
 log are all real. What a client gets while it is down (502/503 in OpenAI's error shape, nothing
 logged), what /health says, that a restarted upstream serving another checkpoint is refused
 with an error naming the fix, and that the gateway serves again by itself once the right one is
@@ -43,12 +43,12 @@ def world(tmp_path_factory):
 
 
 def _serve(world, model: Path):
-    """`rlcycle serve` on the world's port for `model` (listed with it as root, as vLLM does)."""
+    """A gateway serving `model` in-process on the world's port (listed with it as root, as vLLM
+    does), logging nothing."""
     from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
-    from rlcycle.policy.serve import PolicyServer, ServeConfig
 
     policy = HFPolicy.from_pretrained(model, HFPolicyConfig(device="cpu", dtype="float32", num_threads=1))
-    return PolicyServer(policy, ServeConfig(port=world["port"], root=str(model))).start()
+    return start(GatewayConfig(port=world["port"], logging=False), policy=policy, checkpoint=model)
 
 
 def _ask(url: str, stream: bool = False) -> tuple[str, object]:
@@ -152,10 +152,10 @@ def test_down_refused_then_back_by_itself_with_identity_rechecked(world, tmp_pat
             [engine] = health["upstream"]["engines"]
             assert engine["served"] is False and health["upstream"]["ok"] is False
             assert "does not serve checkpoint " + world["cid"] in engine["error"]
-            assert "python -m rlcycle.deploy.vllm" in engine["error"]
+            assert "rlcycle deploy-vllm" in engine["error"]
             rid, e = _ask(url)
             msg = _openai_error(e, 503, "adapter_not_loaded")
-            assert world["cid"] in msg and "rlcycle.deploy.vllm" in msg
+            assert world["cid"] in msg and "rlcycle deploy-vllm" in msg
             failed.append(rid)
         finally:
             other.close()
@@ -211,7 +211,7 @@ def test_starts_while_its_adapter_is_not_loaded_and_serves_once_it_is(world, tmp
         [engine] = httpx.get(url + "/health").json()["upstream"]["engines"]
         assert engine["served"] is False and "does not serve checkpoint " + world["cid"] in engine["error"]
         _, e = _ask(url)
-        assert "rlcycle.deploy.vllm" in _openai_error(e, 503, "adapter_not_loaded")
+        assert "rlcycle deploy-vllm" in _openai_error(e, 503, "adapter_not_loaded")
         other.close()
         server = _serve(world, world["m0"])
         _until(lambda: httpx.get(url + "/health").text == "ok", "/health ok once the checkpoint is served")

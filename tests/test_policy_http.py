@@ -1,4 +1,7 @@
-"""The HTTP backend against a real `rlcycle serve` server on loopback (no mocks)."""
+"""The HTTP backend against the gateway's vLLM-compatible /v1/completions on loopback (no mocks).
+
+The gateway serves the tiny model in-process (`gateway.start(config, policy=...)`), real uvicorn;
+the same client against a real vLLM is tests/test_vllm.py."""
 
 from __future__ import annotations
 
@@ -7,15 +10,16 @@ import os
 import subprocess
 import sys
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from rlcycle.errors import InputError, RlcycleError
+from rlcycle.gateway import GatewayConfig, start
 from rlcycle.policy.base import SamplingParams
 from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 from rlcycle.policy.http import HTTPPolicy, HTTPPolicyConfig, parse_choice, request_body
-from rlcycle.policy.serve import PolicyServer, ServeConfig
 
 REPO = Path(__file__).resolve().parent.parent
 TEXTS = ["def add(a, b):", "Fix the failing test", "import os\nprint(os.listdir())", "x = 1\n"]
@@ -36,9 +40,19 @@ def prompts(policy):
     return [policy.tokenizer(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
 
 
+@contextmanager
+def _gateway(policy, **kw):
+    """The gateway serving `policy` as `tiny`, logging nothing (completions are never logged)."""
+    running = start(GatewayConfig(alias="tiny", port=0, logging=False, batch_wait_ms=20, **kw), policy=policy)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
 @pytest.fixture(scope="module")
 def server(policy):
-    with PolicyServer(policy, ServeConfig(port=0, batch_wait_ms=20)) as srv:
+    with _gateway(policy) as srv:
         yield srv
 
 
@@ -133,7 +147,7 @@ def test_top_logprobs_are_the_tempered_k_most_likely_as_vllm(policy, prompts, se
 
 def test_the_logprobs_check_tells_processed_from_raw_without_echo(policy, server, monkeypatch):
     """served.logprobs_processed compares the top-20 spread at T = 0.25 with T = 1: 4x from a
-    server in processed mode (`rlcycle serve`), 1x from one that reports raw logprobs (vLLM
+    server in processed mode (the gateway, as vLLM with processed_logprobs), 1x from one that reports raw logprobs (vLLM
     without --logprobs-mode processed_logprobs, imitated here), which HTTPPolicy refuses before
     its first T != 1 sample. Never a prompt-logprobs (echo) request."""
     from rlcycle.errors import InputError
@@ -159,7 +173,11 @@ def test_the_logprobs_check_tells_processed_from_raw_without_echo(policy, server
 def test_models_endpoint_and_health(server):
     with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as r:
         data = json.loads(r.read())
-    assert data["data"][0]["id"] == "tiny"
+    assert data["data"][0]["id"] == "tiny" and data["data"][0]["max_model_len"] > 0
+    status, err = post(server.url, {"model": "nope", "prompt": [5, 6]})  # vLLM's answer to a name it lacks
+    assert (
+        status == 404 and err["error"]["type"] == "NotFoundError" and "`nope` does not exist" in err["error"]["message"]
+    )
     with urllib.request.urlopen(server.url + "/health", timeout=10) as r:
         assert r.read() == b"ok"
 
@@ -172,6 +190,9 @@ def test_models_endpoint_and_health(server):
         ({"stop": ["\n"]}, "stop"),
         ({"n": 2}, "n must be 1"),
         ({"stream": True}, "stream"),
+        ({"echo": True}, "echo"),
+        ({"logprobs": -1}, "logprobs"),
+        ({"max_tokens": 10**6}, "cap"),
         ({"prompt": "not ids"}, None),  # text prompts are tokenised: accepted
         ({"prompt": [[]]}, "prompt"),
         ({"prompt": [1, 99999]}, "outside"),
@@ -200,7 +221,7 @@ def test_client_reports_refusals_and_dead_servers(server):
 
 
 def test_api_key_is_enforced(policy):
-    with PolicyServer(policy, ServeConfig(port=0, api_key="s3cret")) as srv:
+    with _gateway(policy, api_key="s3cret") as srv:  # the gateway's one auth path
         bad = HTTPPolicy(srv.url, HTTPPolicyConfig(model="tiny", retries=0))
         with pytest.raises(InputError, match="401"):
             bad.generate([[1, 2]], SamplingParams(max_new_tokens=2))
@@ -210,40 +231,32 @@ def test_api_key_is_enforced(policy):
         good.close()
 
 
-def test_serve_command_end_to_end(tmp_path, prompts, policy):
-    """`serve --policy DIR --port 0 --json` in a subprocess, queried over HTTP."""
+def test_gateway_command_serves_completions_end_to_end(tmp_path, prompts, policy):
+    """`rlcycle gateway --alias DIR --port 0 --json` in a subprocess (the command that serves a model
+    in-process), queried over /v1/completions: the samples of the same seed-0 weights in-process.
+    (`rlcycle serve`'s command line starts the session's real vLLM: conftest.py's `vllm`.)"""
     from rlcycle.model_init import init_model
 
     init_model(tmp_path / "m", seed=0)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rlcycle",
-            "serve",
-            "--policy",
-            str(tmp_path / "m"),
-            "--port",
-            "0",
-            "--json",
-            "--device",
-            "cpu",
-        ],
+        [sys.executable, "-m", "rlcycle", "gateway", "--alias", str(tmp_path / "m"), "--port", "0", "--json"]
+        + ["--log-dir", str(tmp_path / "logs"), "--device", "cpu"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "RLCYCLE_HOME": str(tmp_path / "home")},
     )
     try:
         line = proc.stdout.readline()
         assert line, proc.stderr.read()
         info = json.loads(line)
-        assert info["url"].startswith("http://127.0.0.1:") and info["model"] == "m"
+        assert info["url"].startswith("http://127.0.0.1:")
         client = HTTPPolicy(info["url"])
         params = SamplingParams(max_new_tokens=6, seed=4)
         remote = client.generate(prompts[:2], params)
         client.close()
+        assert client.policy_version == info["checkpoint_id"]  # named by its root, never the URL
         local = policy.generate(prompts[:2], params)  # same seed-0 weights, built in-process
         assert [g.token_ids for g in remote] == [g.token_ids for g in local]
     finally:
@@ -254,5 +267,5 @@ def test_serve_command_end_to_end(tmp_path, prompts, policy):
 def test_port_in_use_is_a_clear_error(policy, server):
     port = int(server.url.rsplit(":", 1)[1])
     with pytest.raises(RlcycleError, match="cannot listen") as e:
-        PolicyServer(policy, ServeConfig(port=port))
+        start(GatewayConfig(port=port, logging=False), policy=policy)
     assert "--port" in e.value.hint

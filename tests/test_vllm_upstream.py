@@ -1,7 +1,7 @@
 """A REAL vLLM killed under load behind a real `rlcycle gateway --upstream` process, then restarted.
 
 One dedicated server (not conftest's shared `vllm` fixture: this test kills it), started with
-`rlcycle serve --engine vllm`'s flags on the tiny model in float32, and started once more on the
+`rlcycle serve`'s flags on the tiny model in float32, and started once more on the
 same port. production = the base (served by vLLM's base model), candidate = a LoRA checkpoint
 trained by train's stage and hot-loaded by the deploy hook, at a canary share of 0.5, so both
 ways a restarted vLLM can come back are seen at once: production serves again by itself; the
@@ -66,7 +66,7 @@ def _sessions(candidate: bool, n: int) -> list[str]:
 
 def _hook(url: str, ckpt: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "rlcycle.deploy.vllm", "--url", url, "--checkpoint", str(ckpt)],
+        [sys.executable, "-m", "rlcycle", "deploy-vllm", "--url", url, "--checkpoint", str(ckpt)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -304,7 +304,7 @@ def test_vllm_killed_under_load_then_restarted(cli, rlcycle_home, tmp_path):
         status, body, rid_cand_refused = _ask(url, cand)
         err = body["error"]
         assert (status, err["code"], err["type"]) == (503, "adapter_not_loaded", "server_error"), body
-        assert adapter_name(v1_id) in err["message"] and "python -m rlcycle.deploy.vllm" in err["message"]
+        assert adapter_name(v1_id) in err["message"] and "rlcycle deploy-vllm" in err["message"]
         health = httpx.get(url + "/health").json()
         by_role = {e["role"]: e for e in health["upstream"]["engines"]}
         assert health["upstream"]["reachable"] and not health["upstream"]["ok"]
@@ -327,7 +327,7 @@ def test_vllm_killed_under_load_then_restarted(cli, rlcycle_home, tmp_path):
         assert r.status_code == 200, r.text
         status, body, rid_unloaded = _ask(url, cand)
         assert (status, body["error"]["code"]) == (503, "adapter_not_loaded"), body
-        assert "python -m rlcycle.deploy.vllm" in body["error"]["message"]
+        assert "rlcycle deploy-vllm" in body["error"]["message"]
     finally:
         if gateway is not None:
             gateway.send_signal(signal.SIGTERM)

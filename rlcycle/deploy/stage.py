@@ -15,7 +15,7 @@ Rules:
 - the hook (a shell command, or an http(s) URL that receives a JSON POST, with
   `Authorization: Bearer $<hook_api_key_env>` when that names a variable) runs after the
   aliases moved; if it fails, the aliases are moved back and that is recorded too. For vLLM:
-  `--hook 'python -m rlcycle.deploy.vllm --url http://host:8000'` (deploy/vllm.py);
+  `--hook 'rlcycle deploy-vllm --url http://host:8000'` (deploy/vllm.py);
 - rollback: `production` = `previous` and back; with a hook (`rlcycle rollback --hook ...`) the
   hook is called as above for the checkpoint rolled back to, and a failing hook undoes it.
 """

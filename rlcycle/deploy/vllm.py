@@ -1,15 +1,16 @@
 """A deploy hook that hot-loads a checkpoint's LoRA adapter into a running vLLM, then checks it.
 
     rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json \\
-        --hook 'python -m rlcycle.deploy.vllm --url http://127.0.0.1:8000 --api-key-env VLLM_API_KEY'
+        --hook 'rlcycle deploy-vllm --url http://127.0.0.1:8000 --api-key-env VLLM_API_KEY'
 
 In: the checkpoint `deploy` just promoted (RLCYCLE_CHECKPOINT_DIR / RLCYCLE_CHECKPOINT_ID, set by
 hooks.py, or --checkpoint / --id), which must carry a LoRA adapter in OUT/adapter/ (`rlcycle
 train --set lora.r=16`, docs/lora.md); a server speaking vLLM's runtime LoRA API (vLLM started
-with `--enable-lora` and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or `rlcycle serve
---enable-lora`). Out: exit 0 when the server answers with this checkpoint, with the adapter
-loaded as `rlcycle-<first 12 hex of the id>` and older `rlcycle-*` adapters unloaded; exit 1
-when the check failed (the new adapter is unloaded again and `deploy` moves the aliases back),
+with `--enable-lora` and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, as `rlcycle serve` starts it).
+Options: `HookOptions`, the flags of `rlcycle deploy-vllm` (rlcycle/cli/deploy_cmd.py, which calls
+`hook`). Out: exit 0 when the server answers with this checkpoint, with the adapter loaded as
+`rlcycle-<first 12 hex of the id>` and older `rlcycle-*` adapters unloaded; exit 1 when the
+check failed (the new adapter is unloaded again and `deploy` moves the aliases back),
 exit 2 for a usage problem (no adapter, bad options). One JSON line on stdout says what it did.
 
 Steps, in order:
@@ -67,7 +68,6 @@ restarted on the merged directory (`vllm serve OUT`); the hook says so and exits
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
@@ -76,11 +76,11 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlcycle.errors import EXIT_FAILURE, InputError, RlcycleError
+from rlcycle.errors import InputError, RlcycleError
 
 PREFIX = "rlcycle-"
 # A short bug fix in ChatML: text a coding policy is trained on, long enough (~100 tokens with a
@@ -99,6 +99,32 @@ TOP = 20  # top logprobs per probe position (vLLM's default --max-logprobs)
 MIN_UPDATE = 1e-4  # mean |logprob| change over the probe below which an update is invisible to --relative
 SEEN_AT_LEAST = 0.5  # --relative: the fraction of each update the server must show (when above its noise)
 DIFFERS_AT_LEAST = 1e-4  # --relative: mean |served(name) - served(reference)| below this = the same weights
+
+
+@dataclass
+class HookOptions:
+    """The hook's options: the flags of `rlcycle deploy-vllm` (see its --help for each)."""
+
+    url: str
+    api_key_env: str | None = None  # the variable holding the server's key, never the key itself
+    tolerance: float = 0.05
+    mean_tolerance: float | None = None
+    relative: bool = False
+    checkpoint: str | None = None  # default: $RLCYCLE_CHECKPOINT_DIR (set by deploy's hooks.py)
+    id: str | None = None  # default: $RLCYCLE_CHECKPOINT_ID, else computed
+    path_map: str | None = None
+    device: str = "cpu"
+    timeout: float = 60.0
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not self.tolerance > 0:
+            problems.append(f"--tolerance {self.tolerance}: must be > 0")
+        if self.mean_tolerance is not None and not self.mean_tolerance > 0:
+            problems.append(f"--mean-tolerance {self.mean_tolerance}: must be > 0")
+        if not self.timeout > 0:
+            problems.append(f"--timeout {self.timeout}: must be > 0")
+        return problems
 
 
 @dataclass
@@ -443,7 +469,7 @@ def update_rule(forced: Forced, name: str, report: Report, refs: dict[str, tuple
         report.passed, report.problem = False, problem
 
 
-def run(args: argparse.Namespace) -> Report:
+def run(args: HookOptions) -> Report:
     """Load, check, then unload the old adapters (pass) or the new one (fail). See the docstring."""
     ckpt, cid = _checkpoint(args)
     adapter = ckpt / "adapter"
@@ -499,13 +525,13 @@ def _mismatch(r: Report) -> str:
     )
 
 
-def _checkpoint(args: argparse.Namespace) -> tuple[Path, str]:
+def _checkpoint(args: HookOptions) -> tuple[Path, str]:
     path = args.checkpoint or os.environ.get("RLCYCLE_CHECKPOINT_DIR")
     cid = args.id or os.environ.get("RLCYCLE_CHECKPOINT_ID")
     if not path:
         raise InputError(
             "no checkpoint: RLCYCLE_CHECKPOINT_DIR is not set and no --checkpoint given",
-            hint="run it as `rlcycle deploy CKPT --hook 'python -m rlcycle.deploy.vllm --url URL'`",
+            hint="run it as `rlcycle deploy CKPT --hook 'rlcycle deploy-vllm --url URL'`",
         )
     if not cid:
         from rlcycle.policy.registry import checkpoint_id
@@ -561,60 +587,17 @@ def _summary(r: Report) -> str:
     return line
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m rlcycle.deploy.vllm",
-        description="Deploy hook: hot-load the checkpoint's LoRA adapter into vLLM under a per-version "
-        "name, check the served logprobs against the checkpoint's own, unload the old adapters. "
-        "Exit 0 ok, 1 check failed (deploy rolls back), 2 usage. docs/vllm.md",
-    )
-    p.add_argument("--url", required=True, help="The server, e.g. http://127.0.0.1:8000 (with or without /v1).")
-    p.add_argument("--api-key-env", help="Environment variable holding the server's API key (sent as Bearer).")
-    p.add_argument(
-        "--tolerance",
-        type=float,
-        default=0.05,
-        help="Largest allowed |served - local| per-token logprob, in nats (default 0.05).",
-    )
-    p.add_argument(
-        "--mean-tolerance",
-        type=float,
-        default=None,
-        help="Also require the mean |served - local| logprob to be at most this (default: not gated).",
-    )
-    p.add_argument(
-        "--relative",
-        action="store_true",
-        help="Also require the server to show at least half of this checkpoint's update from its base and from "
-        "every other loaded version, in its own numerics (for a bf16 server with a loose --tolerance; docs/vllm.md).",
-    )
-    p.add_argument("--checkpoint", help="Checkpoint directory (default: $RLCYCLE_CHECKPOINT_DIR).")
-    p.add_argument("--id", help="Checkpoint id (default: $RLCYCLE_CHECKPOINT_ID, else computed).")
-    p.add_argument(
-        "--path-map",
-        help="LOCAL=REMOTE: rewrite the adapter path's prefix for a server on another host.",
-    )
-    p.add_argument("--device", default="cpu", help="Device of the local reference model (default cpu).")
-    p.add_argument("--timeout", type=float, default=60.0, help="Seconds per HTTP request (default 60).")
-    return p
+def hook(args: HookOptions) -> tuple[Report, str]:
+    """Check the options, then `run`: (the report, its one-paragraph summary for stderr).
+    What `rlcycle deploy-vllm` calls (rlcycle/cli/deploy_cmd.py)."""
+    problems = args.validate()
+    if problems:
+        raise InputError("deploy-vllm: " + "; ".join(problems), hint="e.g. --tolerance 0.05")
+    report = run(args)
+    return report, _summary(report)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        if not args.tolerance > 0 or (args.mean_tolerance is not None and not args.mean_tolerance > 0):
-            raise InputError(
-                f"--tolerance {args.tolerance} / --mean-tolerance {args.mean_tolerance}: must be > 0",
-                hint="e.g. --tolerance 0.05",
-            )
-        report = run(args)
-    except RlcycleError as e:
-        sys.stderr.write(f"Error: {e.message}\n" + (f"Hint: {e.hint}\n" if e.hint else ""))
-        return e.exit_code
-    print(json.dumps(asdict(report)), flush=True)
-    sys.stderr.write(_summary(report) + "\n")
-    return 0 if report.passed else EXIT_FAILURE
+if __name__ == "__main__":  # `python -m rlcycle.deploy.vllm ...`: hooks configured before `rlcycle deploy-vllm`
+    from rlcycle.cli import run as run_cli
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(["deploy-vllm", *sys.argv[1:]]))

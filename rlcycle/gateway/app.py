@@ -4,8 +4,9 @@ In: HTTP requests. Out: OpenAI-format responses with `X-Checkpoint-Id`, `X-Sessi
 `X-Episode-Id`, `X-Sample-Id` and `X-Request-Id` headers; events appended to the `EventLog`.
 
     GET  /health                  "ok", or 503 with the upstream's state when it cannot serve (no auth)
-    GET  /v1/models               the served alias and checkpoint
+    GET  /v1/models               the served alias and checkpoint (its directory as `root`, as vLLM lists it)
     POST /v1/chat/completions     chat completions (tools, tool_choice, stop, n, logprobs, stream)
+    POST /v1/completions          vLLM's completions: token ids in, ids and logprobs out (completions.py)
     POST /v1/responses            the Responses API (input items, function tools, stream): responses.py
     POST /v1/rlcycle/events       late signals: edit_outcome, user_message, feedback, tool_result
     POST /v1/rlcycle/reload       re-resolve the aliases now (deploy's HTTP hook can call it)
@@ -21,6 +22,10 @@ Refusals: every problem of a request is listed in one 400 (`error.problems`, an 
 OpenAI's shape; `error.param` is the first), unknown routes get 404 in the same shape, and each
 refused request is one stderr line (status, fields, User-Agent) and counted per status and per
 field in /v1/rlcycle/stats.
+
+/v1/completions is the raw model API other rlcycle parts use (`HTTPPolicy`: simulate, eval, a
+gateway in front of this one): it is served by the alias's checkpoint (never the canary's, so
+what /v1/models names is what answers) and logs nothing (the caller logs what it samples).
 
 Upstream failures (upstream.py): a request the upstream fails gets 502 `upstream_error`, one
 sent while it is down 503 `upstream_unavailable` (with Retry-After), one whose checkpoint it
@@ -49,10 +54,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlcycle.agent.events import iso
 from rlcycle.collect.jsonl import parse_block
-from rlcycle.gateway import chat, responses
+from rlcycle.gateway import chat, completions, responses
 from rlcycle.gateway.chat import BadRequest
 from rlcycle.gateway.config import GatewayConfig
-from rlcycle.gateway.engine import Models
+from rlcycle.gateway.engine import Fixed, Models
 from rlcycle.gateway.episodes import Episodes, key_session
 from rlcycle.gateway.finish import finish
 from rlcycle.gateway.logwriter import EventLog
@@ -88,7 +93,7 @@ class _Seen:
 class Gateway:
     """The app and what it serves from; `app` is the ASGI application."""
 
-    def __init__(self, config: GatewayConfig, models: Models, log: EventLog | None):
+    def __init__(self, config: GatewayConfig, models: Models | Fixed, log: EventLog | None):
         self.config, self.models, self.log = config, models, log
         self.model_name = config.alias
         self._seen: OrderedDict[str, _Seen] = OrderedDict()
@@ -179,6 +184,42 @@ class Gateway:
         if seen is not None:
             seen.done.set_result((result, req, raw))
         return self._respond(result, req, api, raw)
+
+    # --- completions (vLLM's API) ---------------------------------------------------------
+    async def completions(self, request: Request) -> Response:
+        """Token ids in, token ids and logprobs out, from the alias's checkpoint; logs nothing."""
+        body = self._json(await self._body(request))
+        engine = self.models.acquire(None)
+        try:
+            engine.check()  # the upstream down, or this checkpoint not served there: 503 at once
+            vocab = getattr(engine.policy, "vocab_size", None)
+            req = completions.parse(body, self.config, engine.tokenizer, {self.model_name}, vocab)
+            futures = [engine.submit(p, sp) for p, sp in zip(req.prompts, req.params, strict=True)]
+            gens = [await asyncio.wrap_future(f) for f in futures]
+            # top-k logprobs need another forward pass per choice: off the event loop
+            tops = await asyncio.to_thread(completions.top_logprobs, engine.policy, req, gens)
+        finally:
+            self.models.release(engine)
+        answer = completions.response(req, gens, tops, self.model_name, engine.tokenizer)
+        return JSONResponse(answer, headers={"X-Checkpoint-Id": engine.checkpoint_id})
+
+    def _model_card(self) -> dict[str, Any]:
+        """The served alias in /v1/models, with what clients identify it by (policy/served.py):
+        `root`, the checkpoint's directory (as vLLM lists its --model), and `max_model_len`."""
+        info = self.models.describe()
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "owned_by": "rlcycle",
+            "checkpoint_id": info["checkpoint_id"],
+            "candidate_id": info["candidate_id"],
+        }
+        engine = self.models.primary
+        if engine is not None and engine.path is not None:
+            card["root"] = str(engine.path)
+        if engine is not None and getattr(engine.policy, "max_length", None):
+            card["max_model_len"] = engine.policy.max_length
+        return card
 
     def _ids(self, request: Request, req: chat.ChatRequest) -> tuple[str | None, str, str | None]:
         """(session or None, the rule that gave it, episode or None) from headers, URL and key."""
@@ -360,11 +401,19 @@ class Gateway:
                 body["problems"] = [{"param": p, "message": m} for p, m in e.problems]
             return JSONResponse({"error": body}, status_code=e.status)
 
+        @app.exception_handler(completions.NotFound)
+        async def not_served(request: Request, e: completions.NotFound) -> Response:  # vLLM's answer
+            self._refusal(request, 404, ["model"], str(e))
+            return _error(404, str(e), "model", kind="NotFoundError")
+
         @app.exception_handler(StarletteHTTPException)
         async def not_found(request: Request, e: StarletteHTTPException) -> Response:  # 404, 405: OpenAI's shape
             what = "route" if e.status_code == 404 else "method"
             self._refusal(request, e.status_code, [what], f"{request.method} {request.url.path}")
-            hint = " (this gateway serves /v1/chat/completions, /v1/responses, /v1/models and /v1/rlcycle/*)"
+            hint = (
+                " (this gateway serves /v1/chat/completions, /v1/responses, /v1/completions, /v1/models and "
+                "/v1/rlcycle/*)"
+            )
             return _error(
                 e.status_code, f"{e.detail}: {request.method} {request.url.path}{hint}", what, headers=e.headers
             )
@@ -389,23 +438,10 @@ class Gateway:
 
         @app.get("/v1/models")
         async def models() -> Response:
-            info = self.models.describe()
-            return JSONResponse(
-                {
-                    "object": "list",
-                    "data": [
-                        {
-                            "id": self.model_name,
-                            "object": "model",
-                            "owned_by": "rlcycle",
-                            "checkpoint_id": info["checkpoint_id"],
-                            "candidate_id": info["candidate_id"],
-                        }
-                    ],
-                }
-            )
+            return JSONResponse({"object": "list", "data": [self._model_card()]})
 
         app.post("/v1/chat/completions")(self.chat_completions)
+        app.post("/v1/completions")(self.completions)
         app.post("/v1/responses")(self.responses)
         app.post("/v1/rlcycle/events")(self.events)
 

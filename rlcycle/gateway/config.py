@@ -22,7 +22,7 @@ class GatewayConfig:
     upstream: str | None = cfg(
         None,
         help="OpenAI-compatible completions server that returns token ids "
-        "and logprobs (vLLM, SGLang, `rlcycle serve`); none = in-process.",
+        "and logprobs (vLLM: `rlcycle serve`, SGLang, another gateway); none = in-process.",
     )
     upstream_api_key: str | None = cfg(None, help="Bearer token sent to the upstream.")
     upstream_probe_s: float = cfg(

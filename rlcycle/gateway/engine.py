@@ -6,9 +6,8 @@ for a sticky canary share of sessions) and `release` gives it back.
 
 An `Engine` is one checkpoint: its id (logged as `policy_version` and sent as the
 `X-Checkpoint-Id` header), its tokenizer's `ChatRenderer`s (one per tool set), and a backend:
-- in-process: an `HFPolicy` behind the shared `policy.batching.Batcher` (the batching of
-  `rlcycle serve`: take what is queued, up to `max_batch_size`, waiting at most
-  `batch_wait_ms`, one `generate` for all);
+- in-process: an `HFPolicy` behind the shared `policy.batching.Batcher` (take what is queued,
+  up to `max_batch_size`, waiting at most `batch_wait_ms`, one `generate` for all);
 - upstream: `HTTPPolicy` against an OpenAI-compatible completions server (token ids in, token
   ids and logprobs out), which batches on its side. It requests the model that serves this
   checkpoint: its adapter `rlcycle-<12 hex>` as the deploy hook loads it into vLLM, or a listed
@@ -54,7 +53,7 @@ class Engine:
     def __init__(
         self,
         cid: str,
-        path: Path,
+        path: Path | None,
         policy: Any,
         tokenizer: Any,
         config: GatewayConfig,
@@ -119,13 +118,15 @@ class Engine:
         gen.latency_ms = (time.perf_counter() - start) * 1000.0
         return gen
 
-    def close(self) -> None:
-        """Stop the worker and release the model (called once nothing is in flight)."""
+    def close(self, release_policy: bool = True) -> None:
+        """Stop the worker and release the model (called once nothing is in flight); a policy
+        the caller owns (`Fixed`) is left open."""
         if self.in_process:
             self._batcher.close()  # runs anything still queued before the model goes
         else:
             self._pool.shutdown(wait=False)
-        self.policy.close()
+        if release_policy:
+            self.policy.close()
 
 
 def session_bucket(session_id: str) -> float:
@@ -161,10 +162,16 @@ class Models:
         self.reload()
 
     # --- requests -------------------------------------------------------------------------
-    def acquire(self, session_id: str) -> Engine:
+    def acquire(self, session_id: str | None) -> Engine:
+        """The engine for a session (the canary's share goes to `candidate`); None: the alias's own
+        (/v1/completions: what /v1/models names must be what answers)."""
         with self._lock:
             engine = self.primary
-            if self.candidate is not None and session_bucket(session_id) < self.canary_fraction:
+            if (
+                self.candidate is not None
+                and session_id is not None
+                and session_bucket(session_id) < self.canary_fraction
+            ):
                 engine = self.candidate
             assert engine is not None
             engine.inflight += 1
@@ -328,3 +335,52 @@ class Models:
             self.primary = self.candidate = None
         for e in engines:
             e.close()
+
+
+class Fixed:
+    """One policy object served as it is: no registry, no reloads, no canary.
+
+    What `gateway.start(config, policy=...)` serves: a library caller's own `Policy` (anything
+    with `generate` and a `tokenizer`), e.g. the scripted stand-ins of tests and demos. It has
+    `Models`' interface (acquire, release, engines, describe, reload, start_watch, close).
+    `checkpoint`, the directory the policy was loaded from, when there is one, is listed as the
+    model's `root` in /v1/models (as vLLM lists its --model) and its id is the `X-Checkpoint-Id`
+    and logged `policy_version`; without one, the policy's `name` stands in for both.
+    """
+
+    upstream = None  # in-process only
+
+    def __init__(self, config: GatewayConfig, policy: Any, checkpoint: Path | None = None):
+        cid = checkpoint_id(checkpoint) if checkpoint is not None else str(getattr(policy, "name", config.alias))
+        self.config = config
+        self.primary = Engine(cid, checkpoint, policy, policy.tokenizer, config)
+        self.reloads = 0
+
+    def acquire(self, session_id: str | None) -> Engine:
+        self.primary.inflight += 1  # only counted: the engine is never replaced
+        return self.primary
+
+    def release(self, engine: Engine) -> None:
+        engine.inflight -= 1
+
+    def engines(self) -> list[Engine]:
+        return [self.primary]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "alias": self.config.alias,
+            "checkpoint_id": self.primary.checkpoint_id,
+            "candidate_id": None,
+            "canary_fraction": 0.0,
+            "upstream": None,
+            "reloads": 0,
+        }
+
+    def reload(self) -> dict[str, Any]:
+        return self.describe() | {"changed": False}
+
+    def start_watch(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.primary.close(release_policy=False)  # the caller's object: theirs to close

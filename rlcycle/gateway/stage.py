@@ -1,6 +1,8 @@
 """`rlcycle gateway`: start the production side (router, event log, HTTP server) and run it.
 
-In: a validated `GatewayConfig`. Out: a listening uvicorn server (`serve`, blocking until
+In: a validated `GatewayConfig` (and, from Python, optionally a policy object to serve as it is
+instead of the registry's alias: `start(config, policy=obj, checkpoint=DIR)`, engine.Fixed).
+Out: a listening uvicorn server (`serve`, blocking until
 Ctrl-C / SIGTERM, then the log is flushed and closed), or a `Running` handle whose server runs
 in a background thread (`start`: tests and benches use it; `close()` stops it the same way).
 
@@ -27,25 +29,29 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlcycle.collect import redact
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.gateway.app import Gateway
 from rlcycle.gateway.config import GatewayConfig
-from rlcycle.gateway.engine import Models
+from rlcycle.gateway.engine import Fixed, Models
 from rlcycle.gateway.logwriter import EventLog
 
 
-def build(config: GatewayConfig) -> Gateway:
-    """The router (checkpoints loaded), the event log and the app; nothing listens yet."""
+def build(config: GatewayConfig, policy: Any = None, checkpoint: Any = None) -> Gateway:
+    """The router (checkpoints loaded), the event log and the app; nothing listens yet.
+
+    `policy`: serve this object (a `Policy` with a `tokenizer`) instead of the registry's alias,
+    `checkpoint` naming the directory it came from, if any (engine.Fixed)."""
     problems = config.validate()
     if problems:
         raise InputError(
             "gateway config: " + "; ".join(problems), hint="see `rlcycle gateway --help` and docs/gateway.md"
         )
     patterns = redact.patterns_with(config.secret_patterns) if config.redact else None
-    models = Models(config)
+    models = Models(config) if policy is None else Fixed(config, policy, Path(checkpoint) if checkpoint else None)
     log = (
         EventLog(config.log_dir, config.flush_interval_s, config.rotate_bytes, config.rotate_s, patterns)
         if config.logging
@@ -118,9 +124,10 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-def start(config: GatewayConfig) -> Running:
-    """Build and serve in a background thread; returns once the server accepts connections."""
-    gw = build(config)
+def start(config: GatewayConfig, policy: Any = None, checkpoint: Any = None) -> Running:
+    """Build and serve in a background thread; returns once the server accepts connections
+    (`policy`, `checkpoint`: see `build`)."""
+    gw = build(config, policy, checkpoint)
     sock = bind(config.host, config.port)
     server = _server(gw)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="gw-uvicorn", daemon=True)

@@ -5,8 +5,9 @@
     [gen] = policy.generate([prompt_ids], SamplingParams(max_new_tokens=256, seed=0))
     gen.token_ids, gen.logprobs, gen.finish_reason, gen.latency_ms
 
-Backends: `hf.HFPolicy` (in-process transformers, the default), `http.HTTPPolicy` (vLLM,
-SGLang, `rlcycle serve`); `serve.PolicyServer` serves the first as the second expects.
+Backends: `hf.HFPolicy` (in-process transformers, the default), `http.HTTPPolicy` (vLLM, which
+`rlcycle serve` starts, SGLang, or `rlcycle gateway`, whose /v1/completions serves the first as
+the second expects).
 Heavy imports (torch, transformers) happen only when a backend is loaded.
 """
 

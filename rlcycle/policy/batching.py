@@ -1,4 +1,4 @@
-"""One batching worker for the servers that run an in-process policy (`rlcycle serve`, the gateway).
+"""One batching worker for a server that runs an in-process policy (the gateway).
 
 In: items submitted from any thread (`submit(item) -> Future`). Out: each Future resolves to the
 result `run(batch)` returned for that item, or raises the exception `run` raised for its batch.
@@ -17,8 +17,8 @@ SamplingParams per prompt, so one `run` may mix any requests, and each result is
 of what else was batched (see hf.py).
 
 Grouping: with `key`, a batch is split by `key(item)` (groups in order of first appearance,
-items in submission order) and `run` is called once per group: `rlcycle serve` groups by
-model, since a LoRA adapter is active for a whole `generate`. `max_batch_size` bounds the
+items in submission order) and `run` is called once per group (e.g. by model, when a LoRA
+adapter is active for a whole `generate`). `max_batch_size` bounds the
 batch taken, not each group.
 
 Failure: when `run` raises, or returns a different number of results than items, every Future

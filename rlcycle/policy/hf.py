@@ -378,7 +378,7 @@ class HFPolicy:
     ) -> list[list[tuple[int, float]]]:
         """The k most likely tokens at each completion position and their log_softmax(logits / T)
         (T = 1 when `temperature` is 0, as `score`), most likely first; one forward pass, no
-        cache. What `rlcycle serve` returns for `logprobs: k` (vLLM's top logprobs)."""
+        cache. What the gateway's /v1/completions returns for `logprobs: k` (vLLM's top logprobs)."""
         if not completion or k <= 0:
             return [[] for _ in completion]
         logp = self.logprobs_at(prompt, completion, temperature)

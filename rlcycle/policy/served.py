@@ -50,9 +50,9 @@ def adapter_name(cid: str) -> str:
 def load_hint(url: str, path: Path | str) -> str:
     """How to make a server at `url` serve the checkpoint at `path`."""
     return (
-        f"load it with the deploy hook: `python -m rlcycle.deploy.vllm --url {url} --checkpoint "
+        f"load it with the deploy hook: `rlcycle deploy-vllm --url {url} --checkpoint "
         f"{path}` (what `rlcycle deploy --hook` runs), or start a server for it: "
-        f"`rlcycle serve --engine vllm --policy {path}`"
+        f"`rlcycle serve --policy {path}`"
     )
 
 
@@ -244,7 +244,7 @@ class AdapterLoaded:
     candidate on `server`): loaded under its per-version name `rlcycle-<12 hex>` (the deploy
     hook's, so a later deploy finds it listed) when the server does not list it yet, and
     unloaded at the end only if it was loaded here. Needs vLLM's runtime LoRA API
-    (`--enable-lora`, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; `rlcycle serve --engine vllm` sets
+    (`--enable-lora`, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; `rlcycle serve` sets
     both). A checkpoint without an adapter is left alone: full weights are served only if the
     server was started on them (`identify` then finds them by their root, or says it cannot)."""
 
@@ -270,7 +270,7 @@ class AdapterLoaded:
         if problem:
             raise RlcycleError(
                 f"{self.policy.base_url}: cannot load {self.checkpoint}'s adapter as {name}: {problem}",
-                hint="start vLLM with LoRA and runtime updates (`rlcycle serve --engine vllm` does), with "
+                hint="start vLLM with LoRA and runtime updates (`rlcycle serve` does), with "
                 "--max-lora-rank at least the adapter's r, on the machine that can read the checkpoint",
             )
         self.name = name
@@ -321,6 +321,6 @@ def _check_adapter_base(checkpoint: Path, listed: list[dict[str, Any]], url: str
         raise InputError(
             f"{url} runs base {', '.join(f'{k} ({v})' for k, v in known.items())}, but {checkpoint}'s adapter is "
             f"the delta from {want}",
-            hint="start the server on the adapter's base (`rlcycle serve --engine vllm --policy "
+            hint="start the server on the adapter's base (`rlcycle serve --policy "
             f"{checkpoint}` serves it), or train with lora.continue_adapter = true from a checkpoint of this chain",
         )

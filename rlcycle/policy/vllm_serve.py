@@ -1,6 +1,6 @@
 """Start a real vLLM for a checkpoint or registry alias, flagged the way rlcycle needs it.
 
-    rlcycle serve --engine vllm --policy production --port 8311      # prints http://127.0.0.1:8311
+    rlcycle serve --policy production --port 8311      # prints http://127.0.0.1:8311
 
 In: a policy reference (a checkpoint directory, a registry alias or a checkpoint id) and a
 `VllmServeConfig`. Out: a running `python -m vllm.entrypoints.openai.api_server` in its own
@@ -65,7 +65,7 @@ VENV = ".venv-vllm"
 
 @dataclass
 class VllmServeConfig:
-    """Options of `rlcycle serve --engine vllm`."""
+    """Options of `rlcycle serve`."""
 
     host: str = cfg("127.0.0.1", help="Interface to bind (loopback by default).")
     port: int = cfg(8000, help="TCP port (0 picks a free one).")
@@ -128,7 +128,7 @@ def target_for(ref: str | Path, name: str | None = None, registry: str | Path | 
         raise InputError(
             f"checkpoint {cid} ({path}): its adapter's base {str(base)!r} (rlcycle.json adapter.base.path) "
             "is not a model directory",
-            hint="serve the base the adapter was trained from, e.g. `rlcycle serve --engine vllm --policy BASE`",
+            hint="serve the base the adapter was trained from, e.g. `rlcycle serve --policy BASE`",
         )
     return Target(base.resolve(), name or base.name, {adapter_name(cid): path / "adapter"}, cid)
 
@@ -216,7 +216,10 @@ def find_python(config: VllmServeConfig) -> str:
     for cand in (config.python, os.environ.get(PYTHON_ENV), venv and str(Path(venv) / "bin" / "python")):
         if cand:
             if not Path(cand).exists():
-                raise InputError(f"vLLM python {cand!r} does not exist", hint="run `scripts/dev.sh vllm`")
+                raise InputError(
+                    f"vLLM python {cand!r} does not exist (from the config's `python`, ${PYTHON_ENV} or ${VENV_ENV})",
+                    hint="`bash scripts/dev.sh vllm` installs vLLM into .venv-vllm; or fix the path",
+                )
             return cand
     for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
         cand = root / VENV / "bin" / "python"
@@ -294,8 +297,8 @@ def start(ref: str | Path, config: VllmServeConfig | None = None, registry: str 
     problems = config.validate()
     if problems:
         raise InputError("vLLM serve config: " + "; ".join(problems), hint="see VllmServeConfig")
+    python = find_python(config)  # first: without vLLM nothing else matters
     target = target_for(ref, config.name, registry)
-    python = find_python(config)
     port = config.port or free_port(config.host)
     argv, env = command(config, target, python, port, gpu_visible())
     dtype = argv[argv.index("--dtype") + 1]

@@ -9,7 +9,7 @@ the same code `rlcycle sandbox build` runs), then starts `workers_per_node` acto
 node, pinned by hard node affinity, so a worker's sandboxes run on the Docker engine of the
 node it lives on. Each actor loads its own copy of the policy from the reference (scripted,
 checkpoint directory on shared storage, registry alias) or talks to a policy server (http
-URL: vLLM, SGLang, `rlcycle serve`) — the model is never shipped through Ray's object store.
+URL: vLLM, SGLang, `rlcycle gateway`) — the model is never shipped through Ray's object store.
 
 Scheduling. The run's job list is cut into shards of `sandboxes` positions; each idle actor
 gets the next shard and runs `run_episodes(only=shard)` (lock-step, batched generation over
