@@ -6,8 +6,10 @@
     running.close()
 
 Modules, top to bottom: stage.py (build, bind, serve) over app.py (the HTTP routes, auth,
-idempotency), chat.py (requests ↔ harness ↔ responses and events), engine.py (checkpoints,
-batching, alias router, reloads, canary), logwriter.py (crash-safe JSON lines) and config.py.
+idempotency), chat.py (requests ↔ harness ↔ responses and events), completions.py (vLLM's
+/v1/completions: token ids in, ids and logprobs out, unlogged), engine.py (checkpoints,
+batching, alias router, reloads, canary; `Fixed`, one policy object served as it is),
+logwriter.py (crash-safe JSON lines) and config.py.
 docs/gateway.md documents the API, the logs and the threat model.
 """
 
