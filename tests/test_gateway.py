@@ -251,7 +251,7 @@ INVALID = 'Now this.\n<tool_call>{"name": "read_fil", "arguments": {"path": "app
 
 @pytest.fixture(scope="module")
 def upstream_gateway(world):
-    from rlcycle.agent.scripted import ReplayPolicy
+    from rlcycle.policy.scripted import ReplayPolicy
     from rlcycle.policy.serve import PolicyServer, ServeConfig
 
     replay = ReplayPolicy(str(world["model"]), [VALID, INVALID])

@@ -19,9 +19,8 @@ from rlcycle.errors import InputError, RlcycleError
 from rlcycle.policy.base import SamplingParams
 from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 from rlcycle.policy.http import HTTPPolicy
-from rlcycle.policy.load import load_policy
+from rlcycle.policy.open import PolicyConfig, open_policy
 from rlcycle.policy.registry import Registry, checkpoint_id
-from rlcycle.policy.resolve import resolve_policy
 from rlcycle.policy.serve import PolicyServer, ServeConfig
 from rlcycle.policy.served import adapter_name
 
@@ -62,6 +61,14 @@ def _server(path, dtype="float32", root=True, **kw):
     return PolicyServer(policy, ServeConfig(port=0, name="m", root=str(path) if root else None, **kw))
 
 
+def load_policy(ref: str, registry: str | None = None) -> HTTPPolicy:
+    """An unidentified HTTPPolicy for `URL[#MODEL]` (what the opener builds before `identify`)."""
+    from rlcycle.policy.http import HTTPPolicyConfig
+
+    url, _, model = ref.partition("#")
+    return HTTPPolicy(url, HTTPPolicyConfig(model=model or None, registry=registry))
+
+
 def _identify(ref: str, **options) -> HTTPPolicy:
     p = load_policy(ref, **options)
     try:
@@ -75,8 +82,8 @@ def test_policy_version_is_the_served_checkpoint_never_the_url(models):
         p = _identify(srv.url)
         cid = checkpoint_id(models["a"])
         assert (p.model, p.policy_version, p.checkpoint_id, p.name) == ("m", cid, cid, cid)
-        r = resolve_policy(srv.url + "/v1")
-        r.policy.close()
+        r = open_policy(srv.url + "/v1", PolicyConfig(tokenizer=str(models["a"])))
+        r.close()
         assert r.name == cid and r.checkpoint_id == cid and r.run_key == f"{cid}@{p.served_identity}"
         # the same server answers the same identity again
         assert _identify(srv.url).served_identity == p.served_identity
@@ -133,7 +140,7 @@ def test_a_name_that_is_neither_listed_nor_known_names_what_is_listed(models):
 
 
 def test_sampling_at_t_not_1_checks_once_that_logprobs_are_processed(models, capsys):
-    from rlcycle.agent.scripted import ReplayPolicy
+    from rlcycle.policy.scripted import ReplayPolicy
     from rlcycle.policy.served import logprobs_processed
 
     with _server(models["a"]) as srv:  # rlcycle serve: the logprobs of the sampling distribution

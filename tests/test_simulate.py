@@ -173,7 +173,7 @@ def test_a_bfloat16_run_is_named_apart_from_the_float32_one(cli, suite_dir, tmp_
     for dtype in ("float32", "bfloat16"):
         out = tmp_path / f"{dtype}.jsonl"
         args = ["simulate", "-p", model, "-t", suite_dir, "-o", out, "-n", 2, "--max-turns", 1, "--max-new-tokens", 8]
-        r = cli([*args, "--sandboxes", 2, "--set", f"dtype={dtype}", "--json", "-q"])
+        r = cli([*args, "--sandboxes", 2, "--set", f"policy.dtype={dtype}", "--json", "-q"])
         assert r.exit_code == 0, r.output
         runs[dtype] = (json.loads(r.stdout), [e for e in read_events(out) if e["type"] == "completion"])
     (f32, e32), (b16, e16) = runs["float32"], runs["bfloat16"]
@@ -181,8 +181,8 @@ def test_a_bfloat16_run_is_named_apart_from_the_float32_one(cli, suite_dir, tmp_
     assert f32["run_id"] != b16["run_id"]
     assert not {e["sample_id"] for e in e32} & {e["sample_id"] for e in e16}
     assert [e["completion_logprobs"] for e in e32] != [e["completion_logprobs"] for e in e16]
-    r = cli(["simulate", "-p", model, "-t", suite_dir, "-o", tmp_path / "x.jsonl", "--set", "dtype=float8"])
-    assert r.exit_code == 2 and "dtype='float8': use auto, float32, bfloat16, float16" in r.error
+    r = cli(["simulate", "-p", model, "-t", suite_dir, "-o", tmp_path / "x.jsonl", "--set", "policy.dtype=float8"])
+    assert r.exit_code == 2 and "policy.dtype='float8': use auto, float32, bfloat16, float16" in r.error
 
 
 @pytest.mark.docker

@@ -152,11 +152,11 @@ def test_distill_command(cli, spy, tmp_path):
     assert args.spec is not None and args.quiet is False  # reward-hacking warnings print even with -q
 
 
-def test_train_command(cli, spy, tmp_path):
+def test_train_command(cli, spy, tmp_path, rlcycle_home):
     calls = spy(TRAIN)
     r = cli(["train", "a.arrow", "b.arrow", "--base", "ckpt", "-o", tmp_path / "out", "--set", "max_steps=2"])
     config, args = _called(r, calls)
-    assert args == TrainArgs(["a.arrow", "b.arrow"], "ckpt", str(tmp_path / "out"))
+    assert args == TrainArgs(["a.arrow", "b.arrow"], "ckpt", str(tmp_path / "out"), registry=rlcycle_home / "registry")
     assert config.max_steps == 2
 
 
@@ -245,7 +245,7 @@ def test_a_cycle_without_a_verdict_says_why(cli, tmp_path, monkeypatch):
             {
                 "decision": "no_verdict",
                 "reason": "2 paired task(s) < min_paired_tasks=5: the suite has 2 task(s)",
-                "hint": "lower eval.min_paired_tasks (--set min_paired_tasks=N) or use a bigger suite",
+                "hint": "lower eval.gates.min_paired_tasks (--set min_paired_tasks=N) or use a bigger suite",
             }
         )
     )
@@ -254,7 +254,7 @@ def test_a_cycle_without_a_verdict_says_why(cli, tmp_path, monkeypatch):
     r = cli(["cycle", "--run-dir", run, "-q"])
     assert r.exit_code == 1
     assert "Error: the cycle stopped: eval gave no verdict: 2 paired task(s) < min_paired_tasks=5" in r.error
-    assert "lower eval.min_paired_tasks" in r.error and str(verdict) in r.error
+    assert "lower eval.gates.min_paired_tasks" in r.error and str(verdict) in r.error
     verdict.unlink()  # a verdict that is not there: still an error that names where to look
     r = cli(["cycle", "--run-dir", run, "-q"])
     assert r.exit_code == 1 and "eval gave no verdict" in r.error and "sandbox" in r.error

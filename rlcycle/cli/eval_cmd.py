@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
             None, "--tokenizer", help="Tokenizer directory (needed for an http policy: the served model's)."
         ),
         config: Path = opt.config("eval"),
-        set_: list[str] = opt.sets(help="Override a config key: --set max_clarification_rate_increase=0.05."),
+        set_: list[str] = opt.sets(help="Override a config key: --set gates.max_clarification_rate_increase=0.05."),
         as_json: bool = opt.json_flag("Print the verdict as one JSON object on stdout."),
     ) -> None:
         from rlcycle.config import resolve
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
                 "attempts": attempts,
                 "sandboxes": sandboxes,
                 **opt.rollout_flags(executor, ray_address),
-                "tokenizer": tokenizer,
+                "policy.tokenizer": tokenizer,
             },
             section="eval",
         )

@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
                 "runner.max_turns": max_turns,
                 "runner.max_new_tokens": max_new_tokens,
                 "sandboxes": sandboxes,
-                "tokenizer": tokenizer,
+                "policy.tokenizer": tokenizer,
                 **opt.rollout_flags(executor, ray_address),
             },
             section="simulate",

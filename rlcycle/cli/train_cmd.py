@@ -31,7 +31,11 @@ def register(app: typer.Typer) -> None:
     @app.command("train", help=HELP)
     def train(
         examples: list[str] = typer.Argument(..., help="examples.arrow file(s) from distill (Arrow or Parquet)."),
-        base: str = typer.Option(..., "--base", help="Base checkpoint directory (HF format, with its tokenizer)."),
+        base: str = typer.Option(
+            ...,
+            "--base",
+            help="Base checkpoint: a directory (HF format, with its tokenizer), a registry alias or a checkpoint id.",
+        ),
         out: str = opt.out("Checkpoint directory to write."),
         _help_config: bool = config_help.option("train"),
         config: Path = opt.config("train"),
@@ -71,7 +75,12 @@ def register(app: typer.Typer) -> None:
             "resume": False if no_resume else None,
         }
         cfg = resolve(TrainConfig, config, set_, flags, section="train")
-        result = STAGE.run(cfg, TrainArgs(examples, base, out, metrics=metrics, overwrite=overwrite, quiet=quiet))
+        result = STAGE.run(
+            cfg,
+            TrainArgs(
+                examples, base, out, metrics=metrics, overwrite=overwrite, quiet=quiet, registry=opt.registry_dir()
+            ),
+        )
         if os.environ.get("RANK", "0") != "0":
             return
         if result.stopped:
