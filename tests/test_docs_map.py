@@ -196,7 +196,7 @@ def _bullets(page: Path) -> list[tuple[int, str]]:
 def _problems(page: Path) -> list[str]:
     found = []
     for n, text in _bullets(page):
-        where = f"{page.relative_to(REPO)}:{n}"
+        where = f"{page.relative_to(REPO) if page.is_relative_to(REPO) else page.name}:{n}"
         if page.name == "CHANGELOG.md" and HISTORY.search(text):
             continue  # an entry about the old name
         for m in DOC_PATH.finditer(text):
