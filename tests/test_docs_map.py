@@ -1,9 +1,10 @@
 """The docs are a map that stays true: every package is named in docs/design.md, every page is
-in docs/README.md's reading order, every relative link resolves, and no code comment cites a
-repository file that does not exist."""
+in docs/README.md's map, every relative link resolves, no code comment cites a repository file
+that does not exist, and no doc cites a file, module or function that does not exist."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def test_every_doc_page_is_in_the_reading_order():
 
 def test_relative_links_in_the_readme_and_docs_resolve():
     broken = []
-    for page in [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]:
+    for page in _doc_pages():  # README.md, CHANGELOG.md, docs/*.md, the experiments' results pages
         for m in LINK.finditer(page.read_text()):
             target = m.group(1)
             if "://" in target or target.startswith("mailto:"):
@@ -69,16 +70,15 @@ DOC_PATH = re.compile(
 )
 DOTTED = re.compile(r"(?<![\w/.~-])((?:rlcycle|experiments)(?:\.\w+)+)(?::(\w+(?:\.\w+)?))?(?![\w-]|\.\w)")
 FILE_NAME = re.compile(r"(?<![\w/.~-])([\w/.-]*\w\.py):(\w+(?:\.\w+)?)")  # loop.py:PACKING_KL, rlcycle/x.py:f
-PATH_THEN_NAME = re.compile(r"`?([\w/.-]*\w\.py)`?,? `(?!\w+\.[a-z]+`)(\w+(?:\.\w+)?)(?:\(\))?`")  # "rlcycle/cycle.py, `_stage_deploy`"
-HISTORY = re.compile(r"\b(removed|deleted|renamed|moved|replaced|went|gone|no longer|was|were|old)\b", re.I)
+# a path, then a backticked name: "rlcycle/cycle.py, `_stage_deploy`", "`report/online.py` `paired_cells`"
+PATH_THEN_NAME = re.compile(r"`?([\w/.-]*\w\.py)`?,? `(?!\w+\.[a-z]+`)(\w+(?:\.\w+)?)(?:\(\))?`")
+HISTORY = re.compile(r"\b(removed|deleted|renamed|moved|replaced|went|gone|no longer)\b", re.I)
 _DEFS: dict[Path, dict[str, set[str]]] = {}
 
 
 def _definitions(src: Path) -> dict[str, set[str]]:
     """Top-level names of a Python file, each with the names defined in its body (for `Class.attr`)."""
     if src not in _DEFS:
-        import ast
-
         tree = ast.parse(src.read_text())
         names: dict[str, set[str]] = {}
 
