@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from rlcycle.cli import config_help
+from rlcycle.cli import config_help, output
 from rlcycle.cli import options as opt
 
 registry_app = typer.Typer(
@@ -27,94 +27,78 @@ def _hook_key_option():
     )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command(
-        "deploy",
-        help=(
-            "Promote a checkpoint in the model registry if its verdict passed; notify serving.\n\n"
-            "Refuses (exit 3) without an accepting verdict unless --force, which is recorded. "
-            "If the serving hook fails, the aliases are moved back.\n\n"
-            "Examples:\n\n"
-            "  rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json\n\n"
-            "  rlcycle deploy ckpt/ --verdict verdict.json --canary 0.05 --hook 'systemctl reload my-server'\n\n"
-            "  rlcycle deploy ckpt/ --verdict verdict.json --hook http://127.0.0.1:8080/v1/rlcycle/reload "
-            "--hook-api-key-env RLCYCLE_GATEWAY_API_KEY\n\n"
-            "  rlcycle deploy ckpt/ --verdict verdict.json "
-            "--hook 'python -m rlcycle.deploy.vllm --url http://127.0.0.1:8000'   # docs/vllm.md"
-        ),
-    )
-    def deploy(
-        checkpoint: Path = typer.Argument(..., help="Checkpoint directory to promote."),
-        verdict: Path = typer.Option(None, "--verdict", help="verdict.json from `rlcycle eval`."),
-        alias: str = typer.Option(None, "--alias", help="Alias to promote into (default production)."),
-        force: bool = typer.Option(None, "--force", help="Deploy without a passing verdict (recorded)."),
-        canary: float = typer.Option(None, "--canary", help="Serve to this fraction of traffic first (0-1)."),
-        hook: str = _hook_option(),
-        hook_api_key_env: str = _hook_key_option(),
-        _help_config: bool = config_help.option("deploy"),
-        config: Path = opt.config("deploy"),
-        set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
-        as_json: bool = opt.json_flag("Print one JSON result object."),
-    ) -> None:
-        from rlcycle.config import resolve
-        from rlcycle.deploy import stage
+def deploy(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint directory to promote."),
+    verdict: Path = typer.Option(None, "--verdict", help="verdict.json from `rlcycle eval`."),
+    alias: str = typer.Option(None, "--alias", help="Alias to promote into (default production)."),
+    force: bool = typer.Option(None, "--force", help="Deploy without a passing verdict (recorded)."),
+    canary: float = typer.Option(None, "--canary", help="Serve to this fraction of traffic first (0-1)."),
+    hook: str = _hook_option(),
+    hook_api_key_env: str = _hook_key_option(),
+    _help_config: bool = config_help.option("deploy"),
+    config: Path = opt.config("deploy"),
+    set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
+    as_json: bool = opt.json_flag("Print one JSON result object."),
+) -> None:
+    """Promote a checkpoint in the model registry if its verdict passed; notify serving.
 
-        cfg = resolve(
-            stage.DeployConfig,
-            config,
-            set_,
-            {
-                "alias": alias,
-                "force": force,
-                "canary_fraction": canary,
-                "hook": hook,
-                "hook_api_key_env": hook_api_key_env,
-            },
-            section="deploy",
-        )
-        result = stage.STAGE.run(cfg, stage.DeployArgs(checkpoint, verdict, opt.open_registry()))
-        _report(result, as_json)
+    Refuses (exit 3) without an accepting verdict unless --force, which is recorded. If the serving hook fails, the
+    aliases are moved back.
 
-    @app.command(
-        "rollback",
-        help=(
-            "Point an alias back at the previous checkpoint; then the serving hook, as deploy calls it.\n\n"
-            "If the hook fails, the rollback is undone (recorded) and it exits 1.\n\n"
-            "Examples:\n\n  rlcycle rollback --alias production\n\n"
-            "  rlcycle rollback --hook 'python -m rlcycle.deploy.vllm --url http://127.0.0.1:8000'"
-        ),
-    )
-    def rollback(
-        alias: str = typer.Option(None, "--alias", help="Alias to roll back (default production)."),
-        note: str = typer.Option(None, "--note", help="Why (recorded in the history)."),
-        hook: str = _hook_option(),
-        hook_api_key_env: str = _hook_key_option(),
-        config: Path = opt.config("deploy"),
-        set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
-        as_json: bool = opt.json_flag("Print one JSON result object."),
-    ) -> None:
-        from rlcycle import deploy as stage
-        from rlcycle.config import resolve
+    Examples:
 
-        cfg = resolve(
-            stage.DeployConfig,
-            config,
-            set_,
-            {"alias": alias, "hook": hook, "hook_api_key_env": hook_api_key_env},
-            section="deploy",
-        )
-        _report(stage.rollback(opt.open_registry(), cfg.alias, note=note, config=cfg), as_json)
+      rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json
 
-    app.add_typer(registry_app, name="registry")
+      rlcycle deploy ckpt/ --verdict verdict.json --canary 0.05 --hook 'systemctl reload my-server'
+
+      rlcycle deploy ckpt/ --verdict verdict.json --hook http://127.0.0.1:8080/v1/rlcycle/reload
+    --hook-api-key-env RLCYCLE_GATEWAY_API_KEY
+
+      rlcycle deploy ckpt/ --verdict verdict.json --hook 'python -m rlcycle.deploy.vllm
+    --url http://127.0.0.1:8000'   # docs/vllm.md
+    """
+    from rlcycle.config import resolve
+    from rlcycle.deploy import stage
+
+    flags = {
+        "alias": alias,
+        "force": force,
+        "canary_fraction": canary,
+        "hook": hook,
+        "hook_api_key_env": hook_api_key_env,
+    }
+    cfg = resolve(stage.DeployConfig, config, set_, flags, section="deploy")
+    result = stage.STAGE.run(cfg, stage.DeployArgs(checkpoint, verdict, opt.open_registry()))
+    # The summary is the result (stdout); deploy writes no file to put its config beside.
+    output.finish(result, as_json=as_json, text=stage.format_summary(result))
 
 
-def _report(result, as_json: bool) -> None:
-    from rlcycle.deploy import format_summary
+def rollback(
+    alias: str = typer.Option(None, "--alias", help="Alias to roll back (default production)."),
+    note: str = typer.Option(None, "--note", help="Why (recorded in the history)."),
+    hook: str = _hook_option(),
+    hook_api_key_env: str = _hook_key_option(),
+    config: Path = opt.config("deploy"),
+    set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
+    as_json: bool = opt.json_flag("Print one JSON result object."),
+) -> None:
+    """Point an alias back at the previous checkpoint; then the serving hook, as deploy calls it.
 
-    if as_json:
-        opt.emit_json(result.as_dict())
-    else:
-        typer.echo(format_summary(result))
+    If the hook fails, the rollback is undone (recorded) and it exits 1.
+
+    Examples:
+
+      rlcycle rollback --alias production
+
+      rlcycle rollback --hook 'python -m rlcycle.deploy.vllm --url http://127.0.0.1:8000'
+    """
+    from rlcycle import deploy as stage
+    from rlcycle.config import resolve
+
+    flags = {"alias": alias, "hook": hook, "hook_api_key_env": hook_api_key_env}
+    cfg = resolve(stage.DeployConfig, config, set_, flags, section="deploy")
+    result = stage.rollback(opt.open_registry(), cfg.alias, note=note, config=cfg)
+    output.finish(result, as_json=as_json, text=stage.format_summary(result))
 
 
 @registry_app.command(
