@@ -97,7 +97,7 @@ def examples(model, tmp_path):
 @pytest.mark.parametrize("kind", CHECKPOINT_KINDS)
 def test_train_base_takes_every_checkpoint_reference(cli, refs, model, examples, tmp_path, kind):
     out = tmp_path / "ck"
-    r = cli(["train", examples, "--base", refs[kind], "-o", out, "--max-steps", 1, "--batch-size", 4, "--json"])
+    r = cli(["train", examples, "--base", refs[kind], "-o", out, "--max-steps", 1, "--set", "batch_size=4", "--json"])
     assert r.exit_code == 0, r.output
     meta = json.loads((out / "rlcycle.json").read_text())
     assert meta["parent"] == checkpoint_id(model) == checkpoint_id(meta["base"])
@@ -120,7 +120,7 @@ def suite(tmp_path):
 def test_simulate_and_eval_take_every_reference(cli, refs, model, suite, tmp_path, docker_client, kind):
     name = "scripted:reference" if kind == "scripted" else checkpoint_id(model)
     events = tmp_path / "e.jsonl"
-    small = ["--max-turns", 1, "--max-new-tokens", 8, "--sandboxes", 1]
+    small = ["--set", "runner.max_turns=1", "--set", "runner.max_new_tokens=8", "--sandboxes", 1]
     r = cli(["simulate", "-p", refs[kind], "-t", suite, "-o", events, "-n", 1, *small, "--json", "-q"])
     assert r.exit_code == 0, r.output
     versions = {e["policy_version"] for e in map(json.loads, events.read_text().splitlines()) if "policy_version" in e}

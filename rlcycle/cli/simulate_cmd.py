@@ -23,17 +23,13 @@ def simulate(
         None, "--episodes", "-n", help="Sessions to run, cycling over the tasks (default: one per task)."
     ),
     seed: int = typer.Option(None, "--seed", help="Seed of sampling and of the simulated user (default 0)."),
-    start: str = typer.Option(None, "--start", help="Simulated clock start, RFC 3339 (default 2026-12-01T00:00:00Z)."),
-    temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (default 1.0)."),
-    max_turns: int = typer.Option(None, "--max-turns", help="Model calls per session at most (default 8)."),
-    max_new_tokens: int = typer.Option(None, "--max-new-tokens", help="Tokens per model call at most (default 256)."),
     sandboxes: int = typer.Option(None, "--sandboxes", help="Sandboxes in the pool (default 4)."),
     tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer directory (needed for an http policy)."),
     executor: str = opt.executor(),
     ray_address: str = opt.ray_address(),
     _help_config: bool = config_help.option("simulate"),
     config: Path = opt.config("simulate"),
-    set_: list[str] = opt.sets("user.feedback_rate=0.5"),
+    set_: list[str] = opt.sets("runner.max_turns=4"),
     as_json: bool = opt.json_flag(),
     quiet: bool = opt.quiet(),
 ) -> None:
@@ -43,7 +39,8 @@ def simulate(
     --policy takes a checkpoint directory, a registry alias, an http(s) URL of an OpenAI-compatible server (with
     --tokenizer; URL#MODEL asks for a served name, or for the adapter of a registry alias:
     'http://127.0.0.1:8311#production'), or scripted:reference / scripted:nothing. A server's events log the
-    checkpoint it serves as policy_version.
+    checkpoint it serves as policy_version. How sessions run is the config's (`--set runner.max_turns=4`,
+    runner.max_new_tokens, runner.temperature, runner.start; `--help-config` lists every key).
 
     Examples:
 
@@ -63,10 +60,6 @@ def simulate(
     flags = {
         "episodes": episodes,
         "seed": seed,
-        "runner.start": start,
-        "runner.temperature": temperature,
-        "runner.max_turns": max_turns,
-        "runner.max_new_tokens": max_new_tokens,
         "sandboxes": sandboxes,
         "policy.tokenizer": tokenizer,
         **opt.rollout_flags(executor, ray_address),

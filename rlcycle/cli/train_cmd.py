@@ -22,10 +22,6 @@ def train(
     _help_config: bool = config_help.option("train"),
     config: Path = opt.config("train"),
     set_: list[str] = opt.sets("lr=2e-6"),
-    objective: str = typer.Option(None, "--objective", help="ppo, grpo, dr_grpo or cispo."),
-    lr: float = typer.Option(None, "--lr", help="Peak learning rate."),
-    epochs: int = typer.Option(None, "--epochs", help="Passes over the examples."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Rows per optimizer step (global)."),
     max_steps: int = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps."),
     seed: int = typer.Option(None, "--seed", help="Seed of the data order and every RNG."),
     processes: int = typer.Option(1, "--processes", help="Processes on this machine (re-runs under torchrun)."),
@@ -37,9 +33,10 @@ def train(
 ) -> None:
     """Off-policy-corrected policy-gradient update of a causal LM on the logged token ids (never re-tokenised).
 
-    Loss variants (--objective): ppo, grpo, dr_grpo, cispo; importance ratios against the logged behaviour logprobs,
+    Loss variants (--set objective=…): ppo, grpo, dr_grpo, cispo; importance ratios against the logged behaviour logprobs,
     token normalisation over the whole global batch. Writes OUT/ (HF checkpoint + tokenizer + rlcycle.json) and
-    OUT/train_metrics.arrow. A killed run resumes from OUT.state when rerun.
+    OUT/train_metrics.arrow. A killed run resumes from OUT.state when rerun. How it trains is the config's
+    (`--set lr=2e-6`, objective, epochs, batch_size; `--help-config` lists every key).
 
     Examples:
 
@@ -65,10 +62,6 @@ def train(
 
     _quiet_transformers()
     flags = {
-        "objective": objective,
-        "lr": lr,
-        "epochs": epochs,
-        "batch_size": batch_size,
         "max_steps": max_steps,
         "seed": seed,
         "resume": False if no_resume else None,
@@ -95,10 +88,6 @@ def _relaunch_args(p: dict) -> list[str]:
     args = ["train", *p["examples"], "--base", p["base"], "-o", p["out"]]
     for name, key in (
         ("--config", "config"),
-        ("--objective", "objective"),
-        ("--lr", "lr"),
-        ("--epochs", "epochs"),
-        ("--batch-size", "batch_size"),
         ("--max-steps", "max_steps"),
         ("--seed", "seed"),
         ("--metrics", "metrics"),
