@@ -267,10 +267,6 @@ def _assign(
     head, rest = path[0], path[1:]
     dotted = prefix + ".".join(path)
     if head not in fields:
-        moved = getattr(cls, "MOVED", {}).get(head)
-        if moved:
-            problems.append(f"{origin}: key {prefix + head!r} moved: it is now {prefix + moved!r}")
-            return
         close = _nested_name(cls, head) or _closest(head, set(fields))
         problems.append(
             f"{origin}: unknown key {prefix + head!r}" + (f" (did you mean {prefix + close!r}?)" if close else "")

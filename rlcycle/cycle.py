@@ -110,7 +110,7 @@ class CycleConfig:
     serving_url: str | None = cfg(
         None,
         help="An OpenAI-compatible server (vLLM: `rlcycle serve --policy production`) serving "
-        "the base: sets simulate.server and eval.server where they are not set, so simulate samples the base "
+        "the base: sets simulate.policy.server and eval.policy.server where they are not set, so simulate samples the base "
         "and eval runs both arms there, each checkpoint asked for by its served identity (its adapter "
         "rlcycle-<12 hex>, or full weights rooted at its directory). `{serving_url}` and `{python}` (this "
         "interpreter) in deploy.hook are replaced, e.g. `{python} -m rlcycle deploy-vllm --url {serving_url}`. "
@@ -419,11 +419,12 @@ def stage_config(config: CycleConfig, stage: Stage) -> Any:
 
 
 def _served(url: str | None, table: Any) -> Any:
-    """A stage table with the cycle's serving URL: a `server` key it leaves unset (simulate,
+    """A stage table with the cycle's serving URL: a `policy.server` key it leaves unset (simulate,
     eval) gets the URL; a `hook` (deploy) gets `{serving_url}` and `{python}` replaced (the
     interpreter running the cycle: a cron job's PATH need not hold rlcycle's venv)."""
-    if url is not None and getattr(table, "server", "") is None:
-        return dataclasses.replace(table, server=url)
+    policy = getattr(table, "policy", None)
+    if url is not None and policy is not None and policy.server is None:
+        return dataclasses.replace(table, policy=dataclasses.replace(policy, server=url))
     hook = getattr(table, "hook", None)
     if isinstance(hook, str):
         hook = hook.replace("{python}", sys.executable)

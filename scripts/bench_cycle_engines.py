@@ -13,7 +13,7 @@ a fresh RLCYCLE_HOME whose registry holds `--model` as production:
   the deploy hook hot-loads each new adapter into it. The server's start is reported apart.
 - in-process: the same config with `serving_url` and the deploy hook unset: simulate and eval
   load the checkpoint in-process (float32 on a CPU, the default), deploy moves the registry;
-- in-process-bf16: the same with `simulate.dtype` and `eval.dtype` bfloat16.
+- in-process-bf16: the same with `simulate.policy.dtype` and `eval.policy.dtype` bfloat16.
 Prints each engine's per-stage seconds per cycle and each engine's ratio to in-process (float32)
 per stage (the sum over cycles). `--engines` picks and orders them. Needs Docker (sandboxes) and .venv-vllm (`bash scripts/dev.sh vllm`); without a
 vLLM it says so and exits 0 (`dev.sh bench` runs every bench). Speeds move with the machine's
@@ -61,7 +61,7 @@ def run_cycles(engine: str, model: Path, root: Path, cycles: int, extra: list[st
         else:
             sets += ["--set", "serving_url=none", "--set", "deploy.hook=none"]
         if engine == "in-process-bf16":
-            sets += ["--set", "simulate.dtype=bfloat16", "--set", "eval.dtype=bfloat16"]
+            sets += ["--set", "simulate.policy.dtype=bfloat16", "--set", "eval.policy.dtype=bfloat16"]
         out = []
         for k in range(cycles):
             run_dir = root / engine / f"c{k + 1}"

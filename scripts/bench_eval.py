@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def one(level: int, tasks, runs: int) -> dict:
     from rlcycle.agent.runner import RunnerConfig, run_episodes
-    from rlcycle.agent.scripted import ReferencePolicy, load_tokenizer
+    from rlcycle.policy.scripted import ReferencePolicy, load_tokenizer
     from rlcycle.sandbox import SandboxPool
 
     policy = ReferencePolicy(load_tokenizer(None), tasks)

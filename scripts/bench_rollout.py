@@ -35,9 +35,9 @@ def start(stack: ExitStack, config: RolloutConfig, sandboxes: int, tasks: list) 
     ex = stack.enter_context(open_executor(config, sandboxes))
     spec = PolicySpec(POLICY)
     if ex.kind == "local":  # the local executor runs a policy object, as simulate makes it
-        from rlcycle.policy.resolve import resolve_policy
+        from rlcycle.policy.open import open_policy
 
-        spec = PolicySpec(None, policy=resolve_policy(POLICY).policy)
+        spec = open_policy(POLICY).spec
     ex.run(spec, "warm-up", tasks, RunnerConfig(concurrency=sandboxes), n_episodes=2 * sandboxes)
     return ex, spec, time.perf_counter() - t0
 

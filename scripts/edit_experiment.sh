@@ -54,4 +54,4 @@ exec "$PY" experiments/closed_loop/run.py "${PLAN_FLAG[@]}" --arms treatment,con
   --set simulate.runner.temperature=0.5 --set simulate.runner.max_turns=3 --set simulate.runner.max_new_tokens=96 \
   --set train.use_sample_temperature=true --set train.lr=1e-4 --set train.epochs=1 \
   --set eval.runner.temperature=0.5 --set eval.runner.max_turns=3 --set eval.runner.max_new_tokens=96 --set eval.max_tasks=16 \
-  --set eval.max_latency_ratio=5.0 --set eval.max_invalid_rate_increase=0.05
+  --set eval.gates.max_latency_ratio=5.0 --set eval.gates.max_invalid_rate_increase=0.05

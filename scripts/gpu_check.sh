@@ -123,7 +123,7 @@ tasks = "sample_data/edit_tasks/train"
 reward_spec = "sample_data/rewards.toml"
 simulate = {episodes = 32, runner = {max_new_tokens = 96, max_turns = 3, temperature = 0.5}}
 train = {max_steps = 2, batch_size = 8, lr = 5e-5, max_policy_lag = -1, save_every = 1, use_sample_temperature = true}
-eval = {attempts = 1, max_tasks = 8, runner = {max_new_tokens = 96, max_turns = 3, temperature = 0.5}, sandboxes = 2, min_paired_tasks = 5, latency_noise_ms = 10000.0, max_latency_ratio = 5.0}
+eval = {attempts = 1, max_tasks = 8, runner = {max_new_tokens = 96, max_turns = 3, temperature = 0.5}, sandboxes = 2, gates = {min_paired_tasks = 5, latency_noise_ms = 10000.0, max_latency_ratio = 5.0}}
 TOML
 CYCLE=("$PY" -m rlcycle cycle --config "$WORK/cycle.toml" --run-dir "$WORK/cycle" --json)
 if [ $DRY = 1 ]; then

@@ -195,7 +195,7 @@ def test_cycle_config_and_sets():
     assert cfg.simulate.seed == 2 and cfg.simulate.episodes == 7 and cfg.simulate.runner.run_id == "x"
     assert cfg.train.lr == 1e-4 and cfg.eval.max_tasks == 5
     assert cfg.train.max_steps > 1000  # epochs decide, not a step cap
-    assert cfg.train.batch_size == 16 and cfg.eval.latency_noise_ms == 10000.0  # the experiment's own sizes
+    assert cfg.train.batch_size == 16 and cfg.eval.gates.latency_noise_ms == 10000.0  # the experiment's own sizes
     # every unknown key at once, exit 2 (InputError), naming where it came from
     with pytest.raises(InputError) as e:
         _config(None, 2, ["bogus=1", "sourse=logs"])
@@ -275,7 +275,7 @@ TINY = [
     "--set",
     "eval.runner.max_turns=1",
     "--set",
-    "eval.max_latency_ratio=5.0",
+    "eval.gates.max_latency_ratio=5.0",
 ]
 
 

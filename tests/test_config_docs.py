@@ -37,7 +37,7 @@ def test_nested_keys_are_dotted_with_type_default_and_help(cli):
     out = cli(["train", "--help-config"]).stdout
     assert '\nlora.target_modules  (list[str]) = ["all-linear"]\n' in out
     out = cli(["eval", "--help-config"]).stdout
-    assert "\nrunner.top_p  (float) = 1.0\n" in out and "\nlatency_noise_ms  (float) = " in out
+    assert "\nrunner.top_p  (float) = 1.0\n" in out and "\ngates.latency_noise_ms  (float) = " in out
 
 
 def test_docs_config_md_is_generated_from_the_help():

@@ -23,7 +23,7 @@ FAST = (
     '[cycle]\nsource = "logs"\nbootstrap = true\n'
     "[cycle.train]\nmax_steps = 2\nbatch_size = 8\nlr = 1e-5\nmax_policy_lag = -1\nsave_every = 1\n"
     "[cycle.eval]\nattempts = 1\nmax_tasks = 6\nrunner = {max_new_tokens = 16, max_turns = 2}\n"
-    "sandboxes = 2\nmin_paired_tasks = 5\nlatency_noise_ms = 10000.0\n"
+    "sandboxes = 2\ngates = {min_paired_tasks = 5, latency_noise_ms = 10000.0}\n"
 )
 
 

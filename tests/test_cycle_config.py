@@ -24,8 +24,8 @@ DEMO = {  # the sizes the demo used to get from CycleConfig's table defaults
         "runner.max_new_tokens": 48,
         "runner.max_turns": 4,
         "sandboxes": 2,
-        "min_paired_tasks": 5,
-        "latency_noise_ms": 10000.0,
+        "gates.min_paired_tasks": 5,
+        "gates.latency_noise_ms": 10000.0,
     },
 }
 
@@ -63,7 +63,7 @@ def test_the_stage_tables_default_to_the_stages_own_production_defaults():
     # production-sane: no step cap, a staleness cap, GPU-serving latency tolerance
     assert c.train.max_steps is None and c.train.max_policy_lag == 1 and c.train.save_every >= 10
     assert (
-        c.eval.latency_noise_ms == 20.0
+        c.eval.gates.latency_noise_ms == 20.0
         and c.eval.max_tasks is None
         and c.simulate.episodes is None
         and c.eval.runner.max_new_tokens == 256
@@ -123,7 +123,7 @@ def test_the_cron_example_of_the_docs_is_the_packaged_one_and_resolves_as_docume
     assert plan["deploy"]["hook"] == "http://127.0.0.1:8000/v1/load_lora_adapter"
     # what it does not set is the stage's production default, not the demo's
     assert train["max_steps"] is None and train["save_every"] == 50
-    assert ev["latency_noise_ms"] == 20.0 and ev["max_tasks"] is None and ev["runner"]["max_new_tokens"] == 256
+    assert ev["gates"]["latency_noise_ms"] == 20.0 and ev["max_tasks"] is None and ev["runner"]["max_new_tokens"] == 256
     # the same file through its path, and a --plan reads nothing else (the paths need not exist)
     assert json.loads(cli(["cycle", "--config", cron, "--plan"]).stdout) == plan
 

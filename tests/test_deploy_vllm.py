@@ -189,9 +189,9 @@ def test_load_unload_contract(served, ckpts, tmp_path):
 def test_the_gateway_hot_loads_no_adapters(tmp_path):
     """Adapters are vLLM's (the hook loads them there): the gateway answers the LoRA routes with a
     404 in OpenAI's shape naming what it serves."""
-    from rlcycle.agent.scripted import ReplayPolicy
     from rlcycle.gateway import GatewayConfig, start
     from rlcycle.model_init import init_model
+    from rlcycle.policy.scripted import ReplayPolicy
 
     init_model(tmp_path / "m", seed=0)
     running = start(GatewayConfig(port=0, logging=False), policy=ReplayPolicy(str(tmp_path / "m"), ["hi"]))
@@ -380,8 +380,8 @@ def test_checkpoint_without_adapter_says_how_to_serve_it(cli, ckpts, served):
 def test_wrong_key_is_refused_and_changes_nothing(cli, ckpts):
     """A server that checks bearer keys (here the gateway with an api_key: its one auth path)
     refuses the hook's wrong key with 401; nothing is loaded and deploy moves nothing."""
-    from rlcycle.agent.scripted import ReplayPolicy
     from rlcycle.gateway import GatewayConfig, start
+    from rlcycle.policy.scripted import ReplayPolicy
 
     keyed = start(GatewayConfig(port=0, logging=False, api_key=KEY), policy=ReplayPolicy(str(ckpts["base"]), ["hi"]))
     try:

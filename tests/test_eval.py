@@ -75,7 +75,7 @@ def test_a_suite_smaller_than_min_paired_tasks_says_so_not_sandbox_health(cli, s
     r = run_eval(cli, small, out, "scripted:reference", "scripted:nothing")
     assert r.exit_code == 1, r.error + r.output
     assert "2 paired task(s) < min_paired_tasks=5: the suite has 2 task(s)" in r.error
-    assert "lower eval.min_paired_tasks" in r.error and "sandbox health" not in r.error
+    assert "lower eval.gates.min_paired_tasks" in r.error and "sandbox health" not in r.error
     v = json.loads((out.parent / "verdict.json").read_text())
     assert v["decision"] == "no_verdict" and v["errors"] == 0 and v["paired_tasks"] == 2
 
@@ -97,11 +97,11 @@ def test_clarifying_everywhere_is_refused_by_the_drift_gate_at_equal_pass_rate(c
 
 def test_an_infrastructure_failure_is_an_error_not_a_fail(cli, suite, tmp_path, docker_client, monkeypatch):
     """The candidate's sandbox dies on one task every time: that task is `error`, excluded."""
-    from rlcycle.agent.scripted import ReferencePolicy, ReplayPolicy
-    from rlcycle.policy import resolve
+    from rlcycle.policy import scripted
+    from rlcycle.policy.scripted import ReferencePolicy, ReplayPolicy
 
     doomed = sorted(p.name for p in suite.glob("*/*"))[0]
-    real = resolve.resolve_policy
+    real = scripted.make
 
     class Breaks:
         def __init__(self, tok):
@@ -127,14 +127,12 @@ def test_an_infrastructure_failure_is_an_error_not_a_fail(cli, suite, tmp_path, 
         def close(self):
             pass
 
-    def fake(ref, tokenizer=None, **kw):
+    def fake(ref, tokenizer=None, **kw):  # the opener makes scripted policies with scripted.make
         if ref == "scripted:breaks":
-            from rlcycle.agent.scripted import load_tokenizer
-
-            return resolve.ResolvedPolicy(Breaks(load_tokenizer(tokenizer)), ref, None, None)
+            return Breaks(scripted.load_tokenizer(tokenizer))
         return real(ref, tokenizer, **kw)
 
-    monkeypatch.setattr(resolve, "resolve_policy", fake)
+    monkeypatch.setattr(scripted, "make", fake)
     out = tmp_path / "e.arrow"
     r = run_eval(cli, suite, out, "scripted:breaks", "scripted:nothing")
     assert out.exists(), r.output

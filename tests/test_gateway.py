@@ -258,7 +258,7 @@ def _scripted_upstream(world, policy):
 
 @pytest.fixture(scope="module")
 def upstream_gateway(world):
-    from rlcycle.agent.scripted import ReplayPolicy
+    from rlcycle.policy.scripted import ReplayPolicy
 
     server = _scripted_upstream(world, ReplayPolicy(str(world["model"]), [VALID, INVALID]))
     running = _start(world, world["root"] / "logs-upstream", upstream=server.url)

@@ -175,7 +175,18 @@ def _check_and_train(cli, running, tmp_path: Path, expect_turns: int, world) -> 
     r = cli(["distill", traj, "-o", ex, "--set", "exclude_flat_groups=false"])
     assert r.exit_code == 0, r.output
     r = cli(
-        ["train", ex, "--base", world["model"], "-o", tmp_path / "ckpt", "--max-steps", 1, "--batch-size", len(comps)]
+        [
+            "train",
+            ex,
+            "--base",
+            world["model"],
+            "-o",
+            tmp_path / "ckpt",
+            "--max-steps",
+            1,
+            "--set",
+            f"batch_size={len(comps)}",
+        ]
         + ["--set", "max_policy_lag=-1"]
     )
     assert r.exit_code == 0, r.output

@@ -289,7 +289,7 @@ def test_kill_9_mid_load_then_collect_distill_train(cli, models, tmp_path, rlcyc
     # the mismatch KL needs rows, not a learning signal: keep flat groups (advantage 0) too
     r = cli(["distill", out, "-o", ex, "--set", "exclude_flat_groups=false"])
     assert r.exit_code == 0, r.output
-    r = cli(["train", ex, "--base", models[0], "-o", tmp_path / "ckpt", "--max-steps", 1, "--batch-size", 16])
+    r = cli(["train", ex, "--base", models[0], "-o", tmp_path / "ckpt", "--max-steps", 1, "--set", "batch_size=16"])
     assert r.exit_code == 0, r.output
     steps = pl.read_ipc(tmp_path / "ckpt" / "train_metrics.arrow")
     kl = steps.get_column("mismatch_kl")[0]

@@ -54,7 +54,7 @@ def gw(world):  # noqa: F811
 
 @pytest.fixture(scope="module")
 def scripted(world):  # noqa: F811
-    from rlcycle.agent.scripted import ReplayPolicy
+    from rlcycle.policy.scripted import ReplayPolicy
 
     server = _scripted_upstream(world, ReplayPolicy(str(world["model"]), SCRIPT))
     running = _start(world, world["root"] / "logs-scripted", upstream=server.url)

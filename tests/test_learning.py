@@ -67,7 +67,7 @@ def test_treatment_learns_and_the_permuted_control_does_not(tmp_path, docker_cli
         "eval.max_tasks": 5,
         "eval.runner.max_new_tokens": 1,
         "eval.runner.max_turns": 1,
-        "eval.max_latency_ratio": 5.0,
+        "eval.gates.max_latency_ratio": 5.0,
     }
     tasks = REPO / "rlcycle" / "data" / "tasks"
     args = [

@@ -193,21 +193,20 @@ def test_top_p_filter_keeps_at_least_the_top_token():
     assert torch.equal(out[1], logp[1])
 
 
-def test_load_policy_picks_the_backend(tmp_path, policy):
-    from rlcycle.policy import load_policy
-    from rlcycle.policy.http import HTTPPolicy
+def test_open_policy_picks_the_backend(tmp_path, policy):
+    from rlcycle.policy.open import kind_of, open_policy
+    from rlcycle.policy.registry import checkpoint_id
 
     policy.model.save_pretrained(tmp_path / "m")
     policy.tokenizer.save_pretrained(tmp_path / "m")
-    loaded = load_policy(tmp_path / "m", device="cpu")
-    assert isinstance(loaded, HFPolicy) and loaded.name == "m"
-    remote = load_policy("http://127.0.0.1:9/v1")
-    assert isinstance(remote, HTTPPolicy) and remote.base_url == "http://127.0.0.1:9"
-    remote.close()
-    with pytest.raises(InputError, match="neither a model directory"):
-        load_policy(tmp_path / "missing")
+    opened = open_policy(tmp_path / "m", options={"device": "cpu"})
+    assert isinstance(opened.policy, HFPolicy) and opened.name == checkpoint_id(tmp_path / "m")
+    opened.close()
+    assert kind_of("http://127.0.0.1:9/v1") == "http" and kind_of("scripted:nothing") == "scripted"
+    with pytest.raises(InputError, match="not a directory, and no registry"):
+        open_policy(tmp_path / "missing")
     with pytest.raises(InputError, match="unknown option"):
-        load_policy(tmp_path / "m", temprature=1)
+        open_policy(tmp_path / "m", options={"temprature": 1})
 
 
 def test_prefix_cache_reuses_turns_and_matches_a_cold_run(policy, prompts):

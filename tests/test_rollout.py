@@ -10,16 +10,18 @@ import json
 import pytest
 from test_runner import make_suite, scrub
 
+from rlcycle import resources
 from rlcycle.agent.runner import RunnerConfig, run_episodes
-from rlcycle.agent.scripted import ReferencePolicy, load_tokenizer
 from rlcycle.cli.options import registry_dir
 from rlcycle.errors import InputError
 from rlcycle.evaluation import stage as eval_stage
+from rlcycle.evaluation.verdict import GateConfig
+from rlcycle.policy.open import PolicyConfig, open_policy, open_spec
+from rlcycle.policy.scripted import ReferencePolicy, load_tokenizer
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
-from rlcycle.rollout.executor import load_policy_spec, pin_policy
 from rlcycle.sandbox import SandboxPool
 from rlcycle.simulate import run as simulate
-from rlcycle.simulate.stage import SimulateConfig, _policy_spec
+from rlcycle.simulate.stage import SimulateConfig
 
 
 @pytest.fixture(scope="module")
@@ -95,20 +97,27 @@ def test_the_cycles_simulate_and_eval_tables_take_the_keys():
     from rlcycle.cycle import CycleConfig
 
     tables = {"rollout": {"executor": "ray", "ray_address": "auto", "workers_per_node": 2, "worker_retries": 1}}
-    cycle = resolve(CycleConfig, data={"simulate": tables, "eval": dict(tables, prefix_cache_tokens=0)})
+    cycle = resolve(CycleConfig, data={"simulate": tables, "eval": dict(tables, policy={"prefix_cache_tokens": 0})})
     sim, ev = cycle.simulate, cycle.eval
     for c in (sim, ev):
         assert c.rollout == RolloutConfig("ray", "auto", 2, 1)
     assert sim.episodes is None and ev.max_tasks is None  # the stage defaults apply, not the demo's
-    assert (sim.prefix_cache_tokens, ev.prefix_cache_tokens) == (0, 0)
+    assert (sim.policy.prefix_cache_tokens, ev.policy.prefix_cache_tokens) == (0, 0)
     with pytest.raises(InputError, match="rollout.executor='slurm'") as e:
         resolve(CycleConfig, data={"eval": {"rollout.executor": "slurm", "rollout": {"workers_per_node": 0}}})
     assert "rollout.workers_per_node=0" in str(e.value)  # every problem at once
-    with pytest.raises(InputError, match="executor' moved: it is now 'eval.rollout.executor'"):
+    with pytest.raises(InputError, match="unknown key 'eval.executor' \\(did you mean 'eval.rollout.executor'\\?\\)"):
         resolve(CycleConfig, data={"eval": {"executor": "ray"}})
 
 
-def test_pin_policy_names_a_reference_without_loading_it(tiny):
+def pin_policy(ref, registry=None):
+    """(what a Ray worker opens, the name, the checkpoint id): a reference opened for Ray."""
+    opened = open_policy(ref, PolicyConfig(tokenizer=str(resources.tokenizer())), registry, where="ray")
+    assert opened.policy is None  # named here, loaded by each worker
+    return opened.spec.ref, opened.name, opened.checkpoint_id
+
+
+def test_a_reference_opened_for_ray_is_named_without_loading_it(tiny):
     from rlcycle.deploy.stage import register
     from rlcycle.policy.registry import Registry, checkpoint_id
 
@@ -171,26 +180,23 @@ def test_the_prefix_cache_budget_reaches_every_policy_simulate_and_eval_load(tin
     def budget(policy):
         return None if policy.prefix is None else policy.prefix.budget
 
-    spec, _, _ = _policy_spec(str(model), SimulateConfig())
-    assert budget(spec.policy) is None  # simulate: off by default (see the test below)
-    spec, _, _ = _policy_spec(str(model), SimulateConfig(prefix_cache_tokens=64))
-    assert budget(spec.policy) == 64
-    loaded = eval_stage._policy(str(model), eval_stage.EvalConfig())
-    assert budget(loaded.spec.policy) == 16384  # eval: on by default
-    loaded = eval_stage._policy(str(model), eval_stage.EvalConfig(prefix_cache_tokens=0))
-    assert budget(loaded.spec.policy) is None
-    # Ray: the driver only names the policy; a worker loads it with the budget it is given.
-    ray_spec, _, _ = _policy_spec(
-        str(model), SimulateConfig(rollout=RolloutConfig(executor="ray"), prefix_cache_tokens=32)
-    )
-    assert ray_spec.policy is None and ray_spec.prefix_cache_tokens == 32
-    assert budget(load_policy_spec(ray_spec)[0]) == 32
-    ray_eval = eval_stage._policy(str(model), eval_stage.EvalConfig(rollout=RolloutConfig(executor="ray")))
-    assert ray_eval.spec.policy is None and ray_eval.spec.prefix_cache_tokens == 16384
+    def opened(config, where="local"):
+        return open_policy(str(model), config.policy, where=where)
+
+    assert budget(opened(SimulateConfig()).policy) is None  # simulate: off by default (see the test below)
+    assert budget(opened(SimulateConfig(policy=PolicyConfig(prefix_cache_tokens=64))).policy) == 64
+    assert budget(opened(eval_stage.EvalConfig()).policy) == 16384  # eval: on by default
+    assert budget(opened(eval_stage.EvalConfig(policy=PolicyConfig(prefix_cache_tokens=0))).policy) is None
+    # Ray: the driver only names the policy; a worker opens it with the budget it is given.
+    ray = opened(SimulateConfig(policy=PolicyConfig(prefix_cache_tokens=32)), where="ray")
+    assert ray.policy is None and ray.spec.prefix_cache_tokens == 32
+    assert budget(open_spec(ray.spec)[0]) == 32
+    ray_eval = opened(eval_stage.EvalConfig(), where="ray")
+    assert ray_eval.policy is None and ray_eval.spec.prefix_cache_tokens == 16384
     # Scripted policies and servers have no in-process cache: the budget is no error there.
-    assert load_policy_spec(PolicySpec("scripted:nothing", prefix_cache_tokens=64))[0] is not None
+    assert open_spec(PolicySpec("scripted:nothing", prefix_cache_tokens=64))[0] is not None
     with pytest.raises(InputError, match="prefix_cache_tokens=-1"):
-        simulate(SimulateConfig(prefix_cache_tokens=-1), str(model), [], "-")
+        simulate(SimulateConfig(policy=PolicyConfig(prefix_cache_tokens=-1)), str(model), [], "-")
 
 
 @pytest.mark.docker
@@ -211,8 +217,8 @@ def test_with_the_prefix_cache_eval_rows_are_identical_and_events_differ_only_in
             attempts=2,
             sandboxes=2,
             runner=RunnerConfig(max_turns=2, max_new_tokens=24, temperature=temperature),
-            min_paired_tasks=2,
-            prefix_cache_tokens=n,
+            gates=GateConfig(min_paired_tasks=2),
+            policy=PolicyConfig(prefix_cache_tokens=n),
         )
         eval_stage.run(config, str(cand), str(base), root, out)
         tables.append(pl.read_ipc(out).drop("latency_ms").sort("policy", "task_id", "attempt"))

@@ -102,7 +102,7 @@ def test_eval_results_are_the_same_rows_on_ray(cli, suite, tmp_path, docker_clie
                 "--sandboxes",
                 "2",
                 "--set",
-                "min_paired_tasks=2",
+                "gates.min_paired_tasks=2",
                 "--json",
                 *extra,
             ]

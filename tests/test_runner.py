@@ -11,10 +11,10 @@ import pytest
 
 from rlcycle.agent.events import parse_time_ms
 from rlcycle.agent.runner import RunnerConfig, run_episodes
-from rlcycle.agent.scripted import DoNothingPolicy, ReferencePolicy, ReplayPolicy, load_tokenizer
 from rlcycle.agent.user import ANNOYED, SATISFIED
 from rlcycle.harness import ChatRenderer, initial_messages
 from rlcycle.policy.base import Generation
+from rlcycle.policy.scripted import DoNothingPolicy, ReferencePolicy, ReplayPolicy, load_tokenizer
 from rlcycle.tasks import Task, load_suite, write_task
 
 pytestmark = pytest.mark.docker

@@ -10,13 +10,6 @@ import pytest
 
 from rlcycle.agent.events import SessionLog, SimClock, iso, parse_time_ms
 from rlcycle.agent.runner import RunnerConfig, default_run_id, derive_seed, run_episodes, summarize
-from rlcycle.agent.scripted import (
-    DoNothingPolicy,
-    ReferencePolicy,
-    ReplayPolicy,
-    load_tokenizer,
-    make,
-)
 from rlcycle.agent.tools_exec import added_lines, patch_added_lines
 from rlcycle.agent.user import (
     ANNOYED,
@@ -30,6 +23,13 @@ from rlcycle.agent.user import (
 )
 from rlcycle.errors import InputError
 from rlcycle.harness import ChatRenderer, initial_messages, parse_completion
+from rlcycle.policy.scripted import (
+    DoNothingPolicy,
+    ReferencePolicy,
+    ReplayPolicy,
+    load_tokenizer,
+    make,
+)
 from rlcycle.tasks import Task, reference_calls
 
 

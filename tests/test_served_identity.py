@@ -20,13 +20,11 @@ from rlcycle.gateway import GatewayConfig, start
 from rlcycle.policy.base import SamplingParams
 from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 from rlcycle.policy.http import HTTPPolicy
-from rlcycle.policy.load import load_policy
+from rlcycle.policy.open import PolicyConfig, open_policy
 from rlcycle.policy.registry import Registry, checkpoint_id
-from rlcycle.policy.resolve import resolve_policy
 from rlcycle.policy.served import adapter_name
 
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
-PARAMS = SamplingParams(max_new_tokens=6, temperature=1.0, seed=4)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +70,14 @@ def _server(path, dtype="float32", root=True):
     return _serving(policy, path if root else None)
 
 
+def load_policy(ref: str, registry: str | None = None) -> HTTPPolicy:
+    """An unidentified HTTPPolicy for `URL[#MODEL]` (what the opener builds before `identify`)."""
+    from rlcycle.policy.http import HTTPPolicyConfig
+
+    url, _, model = ref.partition("#")
+    return HTTPPolicy(url, HTTPPolicyConfig(model=model or None, registry=registry))
+
+
 def _identify(ref: str, **options) -> HTTPPolicy:
     p = load_policy(ref, **options)
     try:
@@ -85,8 +91,8 @@ def test_policy_version_is_the_served_checkpoint_never_the_url(models):
         p = _identify(srv.url)
         cid = checkpoint_id(models["a"])
         assert (p.model, p.policy_version, p.checkpoint_id, p.name) == ("m", cid, cid, cid)
-        r = resolve_policy(srv.url + "/v1")
-        r.policy.close()
+        r = open_policy(srv.url + "/v1", PolicyConfig(tokenizer=str(models["a"])))
+        r.close()
         assert r.name == cid and r.checkpoint_id == cid and r.run_key == f"{cid}@{p.served_identity}"
         # the same server answers the same identity again
         assert _identify(srv.url).served_identity == p.served_identity
@@ -120,7 +126,7 @@ def test_an_alias_whose_adapter_is_not_served_is_refused_with_the_fix(models):
         reg.commit({"production": cid}, Entry("promote", "production", cid, None))
     with _server(models["a"]) as srv:
         with pytest.raises(RlcycleError) as e:
-            _identify(srv.url + "#production", registry=str(root))  # via load_policy's URL#MODEL
+            _identify(srv.url + "#production", registry=str(root))  # URL#MODEL
         assert adapter_name(cid) in e.value.message and "rlcycle deploy-vllm" in e.value.hint
 
 
@@ -131,7 +137,7 @@ def test_a_name_that_is_neither_listed_nor_known_names_what_is_listed(models):
 
 
 def test_sampling_at_t_not_1_checks_once_that_logprobs_are_processed(models, capsys):
-    from rlcycle.agent.scripted import ReplayPolicy
+    from rlcycle.policy.scripted import ReplayPolicy
     from rlcycle.policy.served import logprobs_processed
 
     with _server(models["a"]) as srv:  # the gateway: the logprobs of the sampling distribution

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlcycle import cycle
+from rlcycle.cli import app
 from rlcycle.collect.stage import STAGE as COLLECT
 from rlcycle.collect.stage import CollectArgs
 from rlcycle.deploy.stage import STAGE as DEPLOY
@@ -59,20 +60,12 @@ def test_the_cycle_runs_the_stage_objects_of_the_commands():
 
 
 def _command_function(tree: ast.Module, name: str) -> ast.FunctionDef:
-    """The function registered as `@app.command("<name>", ...)`."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef):
-            for dec in node.decorator_list:
-                if (
-                    isinstance(dec, ast.Call)
-                    and isinstance(dec.func, ast.Attribute)
-                    and dec.func.attr == "command"
-                    and dec.args
-                    and isinstance(dec.args[0], ast.Constant)
-                    and dec.args[0].value == name
-                ):
-                    return node
-    raise AssertionError(f"no @app.command({name!r}) found")
+    """The module-level function that `rlcycle <name>` runs (registered in rlcycle/cli/__init__.py)."""
+    function = {c.name: c.callback for c in app.registered_commands}[name].__name__
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return node
+    raise AssertionError(f"no module-level def {function}() found for rlcycle {name}")
 
 
 def _run_calls(fn: ast.FunctionDef) -> list[str]:
@@ -97,13 +90,7 @@ def test_a_stage_command_runs_its_stage_object_and_nothing_else(command):
 
 
 def test_the_ast_check_sees_a_bypass():
-    src = (
-        "def register(app):\n"
-        "    @app.command('collect')\n"
-        "    def collect(out):\n"
-        "        from rlcycle.collect import stage\n"
-        "        stage.run(cfg, ['x'], out)\n"
-    )
+    src = "def collect(out):\n    from rlcycle.collect import stage\n    stage.run(cfg, ['x'], out)\n"
     assert _run_calls(_command_function(ast.parse(src), "collect")) == ["stage"]
 
 
@@ -152,11 +139,11 @@ def test_distill_command(cli, spy, tmp_path):
     assert args.spec is not None and args.quiet is False  # reward-hacking warnings print even with -q
 
 
-def test_train_command(cli, spy, tmp_path):
+def test_train_command(cli, spy, tmp_path, rlcycle_home):
     calls = spy(TRAIN)
     r = cli(["train", "a.arrow", "b.arrow", "--base", "ckpt", "-o", tmp_path / "out", "--set", "max_steps=2"])
     config, args = _called(r, calls)
-    assert args == TrainArgs(["a.arrow", "b.arrow"], "ckpt", str(tmp_path / "out"))
+    assert args == TrainArgs(["a.arrow", "b.arrow"], "ckpt", str(tmp_path / "out"), registry=rlcycle_home / "registry")
     assert config.max_steps == 2
 
 
@@ -245,7 +232,7 @@ def test_a_cycle_without_a_verdict_says_why(cli, tmp_path, monkeypatch):
             {
                 "decision": "no_verdict",
                 "reason": "2 paired task(s) < min_paired_tasks=5: the suite has 2 task(s)",
-                "hint": "lower eval.min_paired_tasks (--set min_paired_tasks=N) or use a bigger suite",
+                "hint": "lower eval.gates.min_paired_tasks (--set min_paired_tasks=N) or use a bigger suite",
             }
         )
     )
@@ -254,7 +241,7 @@ def test_a_cycle_without_a_verdict_says_why(cli, tmp_path, monkeypatch):
     r = cli(["cycle", "--run-dir", run, "-q"])
     assert r.exit_code == 1
     assert "Error: the cycle stopped: eval gave no verdict: 2 paired task(s) < min_paired_tasks=5" in r.error
-    assert "lower eval.min_paired_tasks" in r.error and str(verdict) in r.error
+    assert "lower eval.gates.min_paired_tasks" in r.error and str(verdict) in r.error
     verdict.unlink()  # a verdict that is not there: still an error that names where to look
     r = cli(["cycle", "--run-dir", run, "-q"])
     assert r.exit_code == 1 and "eval gave no verdict" in r.error and "sandbox" in r.error

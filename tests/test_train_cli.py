@@ -48,8 +48,8 @@ def test_train_json_summary(cli, inputs, tmp_path):
             SAMPLE,
             "--set",
             "lr=1e-3",
-            "--objective",
-            "cispo",
+            "--set",
+            "objective=cispo",
             "--json",
         ]
     )
@@ -71,7 +71,7 @@ def test_usage_errors_exit_2(cli, inputs, tmp_path):
     r = cli(["train", ex, "--base", base, "-o", tmp_path / "ck", "--set", "is_cap=1.1"])
     assert r.exit_code == 2 and "is_cap" in r.error
     r = cli(["train", ex, "--base", tmp_path / "nope", "-o", tmp_path / "ck"])
-    assert r.exit_code == 2 and "not a checkpoint directory" in r.error
+    assert r.exit_code == 2 and "is not a registry alias (known: none yet), checkpoint id, or directory" in r.error
     r = cli(["train", ex, "-o", tmp_path / "ck"])  # --base missing: click's usage message
     assert r.exit_code == 2 and "Usage: rlcycle train" in r.error and "--base" in r.error
     assert not (tmp_path / "ck").exists()
@@ -89,11 +89,7 @@ def test_relaunch_drops_only_the_launch_option():
         "base": "b",
         "out": "o",
         "config": None,
-        "objective": "cispo",
-        "lr": None,
-        "epochs": None,
-        "batch_size": 4,
-        "max_steps": None,
+        "max_steps": 4,
         "seed": None,
         "metrics": None,
         "set_": ["lr=1"],
@@ -110,9 +106,7 @@ def test_relaunch_drops_only_the_launch_option():
         "b",
         "-o",
         "o",
-        "--objective",
-        "cispo",
-        "--batch-size",
+        "--max-steps",
         "4",
         "--set",
         "lr=1",

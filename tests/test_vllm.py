@@ -170,7 +170,7 @@ def test_an_alias_is_served_by_its_adapter_once_loaded(vllm, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from rlcycle.errors import RlcycleError
-    from rlcycle.policy.load import load_policy
+    from rlcycle.policy.http import HTTPPolicyConfig
     from rlcycle.policy.registry import Entry, Registry
 
     lora = tmp_path / "lora"
@@ -192,11 +192,11 @@ def test_an_alias_is_served_by_its_adapter_once_loaded(vllm, tmp_path):
         reg.commit({"production": cid}, Entry("promote", "production", cid, None))
     name = adapter_name(cid)
     with pytest.raises(RlcycleError) as e:
-        load_policy(vllm.url + "#production", registry=str(root)).identify()
+        HTTPPolicy(vllm.url, HTTPPolicyConfig(model="production", registry=str(root))).identify()
     assert name in e.value.message and "rlcycle deploy-vllm" in e.value.hint
     r = httpx.post(vllm.url + "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(lora / "adapter")})
     assert r.status_code == 200, r.text
-    p = load_policy(vllm.url + "#production", registry=str(root)).identify()
+    p = HTTPPolicy(vllm.url, HTTPPolicyConfig(model="production", registry=str(root))).identify()
     base = HTTPPolicy(vllm.url).identify()
     try:
         assert (p.model, p.policy_version) == (name, cid)

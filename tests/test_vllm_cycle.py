@@ -40,12 +40,16 @@ def test_the_shipped_vllm_config_resolves(cli):
     assert "{serving_url}" in plan["deploy"]["hook"] and "deploy-vllm" in plan["deploy"]["hook"]
     # what the stages get: the server filled in, the hook's placeholders replaced
     c = load_config("vllm", ["serving_url=http://127.0.0.1:9999"])
-    assert stage_config(c, SIMULATE).server == stage_config(c, EVAL).server == "http://127.0.0.1:9999"
+    assert stage_config(c, SIMULATE).policy.server == stage_config(c, EVAL).policy.server == "http://127.0.0.1:9999"
     hook = stage_config(c, DEPLOY).hook
     assert hook == f"{sys.executable} -m rlcycle deploy-vllm --url http://127.0.0.1:9999 --tolerance 0.6 --relative"
     # production defaults are untouched: no server, in-process
     d = CycleConfig()
-    assert d.serving_url is None and stage_config(d, SIMULATE).server is None and stage_config(d, EVAL).server is None
+    assert (
+        d.serving_url is None
+        and stage_config(d, SIMULATE).policy.server is None
+        and stage_config(d, EVAL).policy.server is None
+    )
 
 
 def test_serving_url_needs_a_lora_train_and_a_url(cli):

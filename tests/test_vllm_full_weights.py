@@ -22,7 +22,7 @@ from train_data import make_rows, write_examples
 
 from rlcycle.policy.base import SamplingParams
 from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
-from rlcycle.policy.load import load_policy
+from rlcycle.policy.open import PolicyConfig, open_policy
 from rlcycle.policy.registry import Registry, checkpoint_id
 
 
@@ -63,7 +63,7 @@ def test_a_full_weight_checkpoint_reaches_vllm_by_a_restart(vllm, full_ckpt, cli
         pytest.skip(f"vLLM did not start: {e.message[:500]}")
     with server:
         assert server.target.checkpoint_id == full_id and not server.target.adapters  # its registry copy
-        policy = load_policy(server.url + "#production", registry=registry).identify()
+        policy = open_policy(server.url + "#production", PolicyConfig(tokenizer=str(full_ckpt)), registry).policy
         local = HFPolicy.from_pretrained(full_ckpt, HFPolicyConfig(device="cpu", dtype="float32", num_threads=1))
         try:
             assert policy.policy_version == full_id != base_id

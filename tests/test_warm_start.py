@@ -23,9 +23,9 @@ SUITE = REPO / "sample_data" / "edit_tasks" / "train"
 
 @pytest.fixture(scope="module")
 def demos_and_model():
-    from rlcycle.agent.scripted import load_tokenizer
     from rlcycle.harness import ChatRenderer
     from rlcycle.harness.demos import reference_transcript
+    from rlcycle.policy.scripted import load_tokenizer
     from rlcycle.tasks import load_suite
 
     tok = load_tokenizer(None)

@@ -88,8 +88,8 @@ BASE: dict[str, Any] = {
     "eval.runner.max_new_tokens": 48,
     "eval.runner.max_turns": 3,
     "eval.sandboxes": 2,
-    "eval.min_paired_tasks": 5,
-    "eval.latency_noise_ms": 10000.0,
+    "eval.gates.min_paired_tasks": 5,
+    "eval.gates.latency_noise_ms": 10000.0,
 }
 WARM: dict[str, Any] = {
     "simulate.runner.max_new_tokens": 160,

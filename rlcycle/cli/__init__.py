@@ -2,9 +2,11 @@
 
 In: an argument list. Out: the command's output and an exit code. `run(argv)` is the one way
 in: the console script (`main`), `python -m rlcycle` (so also the torchrun children of
-`rlcycle train --processes N`) and the tests' `cli` fixture all call it. Each command parses
-options (rlcycle/cli/options.py) and calls a stage's `run(...)`; stage modules never import
-typer. Errors print as `Error: ...` / `Hint: ...` on stderr with the exit codes in
+`rlcycle train --processes N`) and the tests' `cli` fixture all call it. Each command is a
+module-level function of its `<name>_cmd.py` module (`from rlcycle.cli.cycle_cmd import cycle`),
+registered in `_register` below; it parses options (rlcycle/cli/options.py), calls a stage's
+`STAGE.run(...)` and ends in `output.finish` (save config, print, exit code); stage modules
+never import typer. Errors print as `Error: ...` / `Hint: ...` on stderr with the exit codes in
 rlcycle.errors; set RLCYCLE_DEBUG=1 for tracebacks.
 
     rlcycle collect sample_data/events -o runs/demo/trajectories.arrow
@@ -55,7 +57,9 @@ def _root(
 
 
 def _register() -> None:
-    # Imported here so `rlcycle --help` stays fast and each command lives in its own module.
+    """The whole command tree, in `rlcycle --help` order. Every command is a module-level function
+    of its `<name>_cmd.py` module (its docstring is its help); a group is a module-level
+    `typer.Typer` whose sub-commands are declared beside it (`rlcycle registry ...` in deploy_cmd.py)."""
     from rlcycle.cli import (
         collect_cmd,
         cycle_cmd,
@@ -72,17 +76,24 @@ def _register() -> None:
         train_cmd,
     )
 
-    collect_cmd.register(app)
-    inspect_cmd.register(app)
-    distill_cmd.register(app)
-    train_cmd.register(app)
-    eval_cmd.register(app)
-    deploy_cmd.register(app)
-    cycle_cmd.register(app)
-    report_cmd.register(app)
-    simulate_cmd.register(app)
-    model_cmd.register(app)
-    gateway_cmd.register(app)
+    for name, function in (
+        ("collect", collect_cmd.collect),
+        ("inspect", inspect_cmd.inspect),
+        ("distill", distill_cmd.distill),
+        ("train", train_cmd.train),
+        ("eval", eval_cmd.eval_),
+        ("deploy", deploy_cmd.deploy),
+        ("rollback", deploy_cmd.rollback),
+        ("deploy-vllm", deploy_cmd.deploy_vllm),
+        ("cycle", cycle_cmd.cycle),
+        ("report", report_cmd.report),
+        ("simulate", simulate_cmd.simulate),
+        ("init-model", model_cmd.init_model),
+        ("serve", model_cmd.serve),
+        ("gateway", gateway_cmd.gateway),
+    ):
+        app.command(name)(function)
+    app.add_typer(deploy_cmd.registry_app, name="registry")
     app.add_typer(tasks_cmd.app, name="tasks")
     app.add_typer(sandbox_cmd.app, name="sandbox")
 

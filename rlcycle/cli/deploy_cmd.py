@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from rlcycle.cli import config_help
+from rlcycle.cli import config_help, output
 from rlcycle.cli import options as opt
 
 registry_app = typer.Typer(
@@ -28,96 +28,135 @@ def _hook_key_option():
     )
 
 
-def register(app: typer.Typer) -> None:
-    app.command("deploy-vllm", help=DEPLOY_VLLM_HELP)(deploy_vllm)
+def deploy(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint directory to promote."),
+    verdict: Path = typer.Option(None, "--verdict", help="verdict.json from `rlcycle eval`."),
+    alias: str = typer.Option(None, "--alias", help="Alias to promote into (default production)."),
+    force: bool = typer.Option(None, "--force", help="Deploy without a passing verdict (recorded)."),
+    canary: float = typer.Option(None, "--canary", help="Serve to this fraction of traffic first (0-1)."),
+    hook: str = _hook_option(),
+    hook_api_key_env: str = _hook_key_option(),
+    _help_config: bool = config_help.option("deploy"),
+    config: Path = opt.config("deploy"),
+    set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
+    as_json: bool = opt.json_flag("Print one JSON result object."),
+) -> None:
+    """Promote a checkpoint in the model registry if its verdict passed; notify serving.
 
-    @app.command(
-        "deploy",
-        help=(
-            "Promote a checkpoint in the model registry if its verdict passed; notify serving.\n\n"
-            "Refuses (exit 3) without an accepting verdict unless --force, which is recorded. "
-            "If the serving hook fails, the aliases are moved back.\n\n"
-            "Examples:\n\n"
-            "  rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json\n\n"
-            "  rlcycle deploy ckpt/ --verdict verdict.json --canary 0.05 --hook 'systemctl reload my-server'\n\n"
-            "  rlcycle deploy ckpt/ --verdict verdict.json --hook http://127.0.0.1:8080/v1/rlcycle/reload "
-            "--hook-api-key-env RLCYCLE_GATEWAY_API_KEY\n\n"
-            "  rlcycle deploy ckpt/ --verdict verdict.json "
-            "--hook 'rlcycle deploy-vllm --url http://127.0.0.1:8000'   # docs/vllm.md"
-        ),
+    Refuses (exit 3) without an accepting verdict unless --force, which is recorded. If the serving hook fails, the
+    aliases are moved back.
+
+    Examples:
+
+      rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json
+
+      rlcycle deploy ckpt/ --verdict verdict.json --canary 0.05 --hook 'systemctl reload my-server'
+
+      rlcycle deploy ckpt/ --verdict verdict.json --hook http://127.0.0.1:8080/v1/rlcycle/reload
+    --hook-api-key-env RLCYCLE_GATEWAY_API_KEY
+
+      rlcycle deploy ckpt/ --verdict verdict.json --hook 'rlcycle deploy-vllm
+    --url http://127.0.0.1:8000'   # docs/vllm.md
+    """
+    from rlcycle.config import resolve
+    from rlcycle.deploy import stage
+
+    flags = {
+        "alias": alias,
+        "force": force,
+        "canary_fraction": canary,
+        "hook": hook,
+        "hook_api_key_env": hook_api_key_env,
+    }
+    cfg = resolve(stage.DeployConfig, config, set_, flags, section="deploy")
+    result = stage.STAGE.run(cfg, stage.DeployArgs(checkpoint, verdict, opt.open_registry()))
+    # The summary is the result (stdout); deploy writes no file to put its config beside.
+    output.finish(result, as_json=as_json, text=stage.format_summary(result))
+
+
+def rollback(
+    alias: str = typer.Option(None, "--alias", help="Alias to roll back (default production)."),
+    note: str = typer.Option(None, "--note", help="Why (recorded in the history)."),
+    hook: str = _hook_option(),
+    hook_api_key_env: str = _hook_key_option(),
+    config: Path = opt.config("deploy"),
+    set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
+    as_json: bool = opt.json_flag("Print one JSON result object."),
+) -> None:
+    """Point an alias back at the previous checkpoint; then the serving hook, as deploy calls it.
+
+    If the hook fails, the rollback is undone (recorded) and it exits 1.
+
+    Examples:
+
+      rlcycle rollback --alias production
+
+      rlcycle rollback --hook 'rlcycle deploy-vllm --url http://127.0.0.1:8000'
+    """
+    from rlcycle import deploy as stage
+    from rlcycle.config import resolve
+
+    flags = {"alias": alias, "hook": hook, "hook_api_key_env": hook_api_key_env}
+    cfg = resolve(stage.DeployConfig, config, set_, flags, section="deploy")
+    result = stage.rollback(opt.open_registry(), cfg.alias, note=note, config=cfg)
+    output.finish(result, as_json=as_json, text=stage.format_summary(result))
+
+
+def deploy_vllm(
+    url: str = typer.Option(..., "--url", help="The server, e.g. http://127.0.0.1:8000 (with or without /v1)."),
+    api_key_env: str = typer.Option(
+        None, "--api-key-env", help="Environment variable holding the server's API key (sent as Bearer)."
+    ),
+    tolerance: float = typer.Option(
+        0.05, "--tolerance", help="Largest allowed |served - local| per-token logprob, in nats."
+    ),
+    mean_tolerance: float = typer.Option(
+        None, "--mean-tolerance", help="Also require the mean |served - local| logprob to be at most this."
+    ),
+    relative: bool = typer.Option(
+        False,
+        "--relative",
+        help="Also require the server to show at least half of this checkpoint's update from its base and from "
+        "every other loaded version, in its own numerics (a bf16 server with a loose --tolerance; docs/vllm.md).",
+    ),
+    checkpoint: str = typer.Option(
+        None, "--checkpoint", help="Checkpoint directory (default: $RLCYCLE_CHECKPOINT_DIR)."
+    ),
+    id_: str = typer.Option(None, "--id", help="Checkpoint id (default: $RLCYCLE_CHECKPOINT_ID, else computed)."),
+    path_map: str = typer.Option(
+        None, "--path-map", help="LOCAL=REMOTE: rewrite the adapter path's prefix for a server on another host."
+    ),
+    device: str = typer.Option("cpu", "--device", help="Device of the local reference model."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds per HTTP request."),
+) -> None:
+    """Deploy hook for vLLM: hot-load the checkpoint's LoRA adapter into a running vLLM under its per-version name
+    rlcycle-<12 hex of its id>, check the served logprobs against the checkpoint's own (merged weights, float32, on
+    --device), then unload the older rlcycle-* adapters (not on a canary deploy). Exit 0: served and checked; 1: the
+    check failed (the new adapter is unloaded and `rlcycle deploy` moves the aliases back); 2: usage (no adapter, bad
+    options). One JSON line on stdout says what it did. The checkpoint comes from $RLCYCLE_CHECKPOINT_DIR, which
+    `rlcycle deploy` sets for its hook, unless --checkpoint is given (docs/vllm.md).
+
+    Examples:
+
+      rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json --hook 'rlcycle deploy-vllm --url
+    http://127.0.0.1:8000 --api-key-env VLLM_API_KEY'
+
+      rlcycle deploy-vllm --url http://127.0.0.1:8000 --checkpoint runs/c1/checkpoint --tolerance 0.6 --relative
+    """
+    import sys
+
+    from rlcycle.deploy import vllm
+    from rlcycle.errors import EXIT_FAILURE
+
+    options = vllm.HookOptions(
+        url, api_key_env, tolerance, mean_tolerance, relative, checkpoint, id_, path_map, device, timeout
     )
-    def deploy(
-        checkpoint: Path = typer.Argument(..., help="Checkpoint directory to promote."),
-        verdict: Path = typer.Option(None, "--verdict", help="verdict.json from `rlcycle eval`."),
-        alias: str = typer.Option(None, "--alias", help="Alias to promote into (default production)."),
-        force: bool = typer.Option(None, "--force", help="Deploy without a passing verdict (recorded)."),
-        canary: float = typer.Option(None, "--canary", help="Serve to this fraction of traffic first (0-1)."),
-        hook: str = _hook_option(),
-        hook_api_key_env: str = _hook_key_option(),
-        _help_config: bool = config_help.option("deploy"),
-        config: Path = opt.config("deploy"),
-        set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
-        as_json: bool = opt.json_flag("Print one JSON result object."),
-    ) -> None:
-        from rlcycle.config import resolve
-        from rlcycle.deploy import stage
-
-        cfg = resolve(
-            stage.DeployConfig,
-            config,
-            set_,
-            {
-                "alias": alias,
-                "force": force,
-                "canary_fraction": canary,
-                "hook": hook,
-                "hook_api_key_env": hook_api_key_env,
-            },
-            section="deploy",
-        )
-        result = stage.STAGE.run(cfg, stage.DeployArgs(checkpoint, verdict, opt.open_registry()))
-        _report(result, as_json)
-
-    @app.command(
-        "rollback",
-        help=(
-            "Point an alias back at the previous checkpoint; then the serving hook, as deploy calls it.\n\n"
-            "If the hook fails, the rollback is undone (recorded) and it exits 1.\n\n"
-            "Examples:\n\n  rlcycle rollback --alias production\n\n"
-            "  rlcycle rollback --hook 'rlcycle deploy-vllm --url http://127.0.0.1:8000'"
-        ),
-    )
-    def rollback(
-        alias: str = typer.Option(None, "--alias", help="Alias to roll back (default production)."),
-        note: str = typer.Option(None, "--note", help="Why (recorded in the history)."),
-        hook: str = _hook_option(),
-        hook_api_key_env: str = _hook_key_option(),
-        config: Path = opt.config("deploy"),
-        set_: list[str] = opt.sets(help="Override a config key: --set hook_timeout_s=30."),
-        as_json: bool = opt.json_flag("Print one JSON result object."),
-    ) -> None:
-        from rlcycle import deploy as stage
-        from rlcycle.config import resolve
-
-        cfg = resolve(
-            stage.DeployConfig,
-            config,
-            set_,
-            {"alias": alias, "hook": hook, "hook_api_key_env": hook_api_key_env},
-            section="deploy",
-        )
-        _report(stage.rollback(opt.open_registry(), cfg.alias, note=note, config=cfg), as_json)
-
-    app.add_typer(registry_app, name="registry")
-
-
-def _report(result, as_json: bool) -> None:
-    from rlcycle.deploy import format_summary
-
-    if as_json:
-        opt.emit_json(result.as_dict())
-    else:
-        typer.echo(format_summary(result))
+    report, summary = vllm.hook(options)
+    opt.emit_json(dataclasses.asdict(report))
+    sys.stdout.flush()
+    sys.stderr.write(summary + "\n")
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILURE)
 
 
 @registry_app.command(
@@ -179,61 +218,3 @@ def registry_add(
     from rlcycle import deploy as stage
 
     typer.echo(stage.register(checkpoint, alias, opt.open_registry()))
-
-
-DEPLOY_VLLM_HELP = (
-    "Deploy hook for vLLM: hot-load the checkpoint's LoRA adapter into a running vLLM under its "
-    "per-version name rlcycle-<12 hex of its id>, check the served logprobs against the checkpoint's "
-    "own (merged weights, float32, on --device), then unload the older rlcycle-* adapters (not on a "
-    "canary deploy). Exit 0: served and checked; 1: the check failed (the new adapter is unloaded and "
-    "`rlcycle deploy` moves the aliases back); 2: usage (no adapter, bad options). One JSON line on "
-    "stdout says what it did. The checkpoint comes from $RLCYCLE_CHECKPOINT_DIR, which `rlcycle deploy` "
-    "sets for its hook, unless --checkpoint is given (docs/vllm.md).\n\n"
-    "Examples:\n\n"
-    "  rlcycle deploy runs/c1/checkpoint --verdict runs/c1/eval/verdict.json "
-    "--hook 'rlcycle deploy-vllm --url http://127.0.0.1:8000 --api-key-env VLLM_API_KEY'\n\n"
-    "  rlcycle deploy-vllm --url http://127.0.0.1:8000 --checkpoint runs/c1/checkpoint --tolerance 0.6 --relative"
-)
-
-
-def deploy_vllm(
-    url: str = typer.Option(..., "--url", help="The server, e.g. http://127.0.0.1:8000 (with or without /v1)."),
-    api_key_env: str = typer.Option(
-        None, "--api-key-env", help="Environment variable holding the server's API key (sent as Bearer)."
-    ),
-    tolerance: float = typer.Option(
-        0.05, "--tolerance", help="Largest allowed |served - local| per-token logprob, in nats."
-    ),
-    mean_tolerance: float = typer.Option(
-        None, "--mean-tolerance", help="Also require the mean |served - local| logprob to be at most this."
-    ),
-    relative: bool = typer.Option(
-        False,
-        "--relative",
-        help="Also require the server to show at least half of this checkpoint's update from its base and from "
-        "every other loaded version, in its own numerics (a bf16 server with a loose --tolerance; docs/vllm.md).",
-    ),
-    checkpoint: str = typer.Option(
-        None, "--checkpoint", help="Checkpoint directory (default: $RLCYCLE_CHECKPOINT_DIR)."
-    ),
-    id_: str = typer.Option(None, "--id", help="Checkpoint id (default: $RLCYCLE_CHECKPOINT_ID, else computed)."),
-    path_map: str = typer.Option(
-        None, "--path-map", help="LOCAL=REMOTE: rewrite the adapter path's prefix for a server on another host."
-    ),
-    device: str = typer.Option("cpu", "--device", help="Device of the local reference model."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds per HTTP request."),
-) -> None:
-    import sys
-
-    from rlcycle.deploy import vllm
-    from rlcycle.errors import EXIT_FAILURE
-
-    options = vllm.HookOptions(
-        url, api_key_env, tolerance, mean_tolerance, relative, checkpoint, id_, path_map, device, timeout
-    )
-    report, summary = vllm.hook(options)
-    opt.emit_json(dataclasses.asdict(report))
-    sys.stdout.flush()
-    sys.stderr.write(summary + "\n")
-    if not report.passed:
-        raise typer.Exit(EXIT_FAILURE)

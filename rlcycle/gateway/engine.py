@@ -44,6 +44,7 @@ from rlcycle.harness.render import ChatRenderer
 from rlcycle.harness.tools import ToolSpec
 from rlcycle.policy.base import Generation, SamplingParams
 from rlcycle.policy.batching import Batcher, generate_batch
+from rlcycle.policy.open import Located, PolicyConfig, open_checkpoint, open_policy, server_policy
 from rlcycle.policy.registry import Registry, checkpoint_id
 
 
@@ -191,24 +192,22 @@ class Models:
 
     # --- loading --------------------------------------------------------------------------
     def _resolve(self, ref: str) -> tuple[str, Path]:
-        path = self.registry.resolve(ref)
-        stored = self.registry.ckpts / path.name
-        cid = path.name if path.parent == self.registry.ckpts and stored.is_dir() else checkpoint_id(path)
-        return cid, path
+        located = open_checkpoint(ref, self.registry, what="the gateway's alias")
+        assert located.path is not None and located.checkpoint_id is not None
+        return located.checkpoint_id, located.path
 
     def _load(self, cid: str, path: Path, role: str) -> Engine:
         from transformers import AutoTokenizer
 
         c = self.config
         if c.upstream:
-            from rlcycle.policy.http import HTTPPolicy, HTTPPolicyConfig
-
             # The adapter that serves this checkpoint (rlcycle-<12 hex>, loaded by the deploy hook),
             # or the base when it is this checkpoint; an error naming the fix when neither is listed.
             # No retries here: a failed request is the client's to retry (the OpenAI SDK does), and
             # nothing is resent before the watch has re-checked a restarted upstream's identity.
-            pcfg = HTTPPolicyConfig(api_key=c.upstream_api_key, max_concurrency=64, retries=0)
-            policy = HTTPPolicy(c.upstream, pcfg, checkpoint=(cid, path))
+            # Not identified yet: at start-up the upstream may still be loading (503 until found).
+            options = {"api_key": c.upstream_api_key, "max_concurrency": 64, "retries": 0}
+            policy = server_policy(Located("checkpoint", str(path), path, cid), c.upstream, options)
             try:
                 tokenizer = AutoTokenizer.from_pretrained(str(path))
                 engine = Engine(cid, path, policy, tokenizer, c, role, in_process=False, watch=self.upstream)
@@ -221,12 +220,8 @@ class Models:
                 policy.close()
                 raise
             return engine
-        from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
-
-        pcfg = HFPolicyConfig(
-            device=c.device, dtype=c.dtype, max_batch_size=c.max_batch_size, num_threads=c.num_threads
-        )
-        policy = HFPolicy.from_pretrained(path, pcfg)
+        options = {"device": c.device, "max_batch_size": c.max_batch_size, "num_threads": c.num_threads}
+        policy = open_policy(path, PolicyConfig(dtype=c.dtype), options=options).policy
         return Engine(cid, path, policy, policy.tokenizer, c, role)
 
     def _canary(self, aliases: dict[str, str], state: dict[str, Any]) -> float:

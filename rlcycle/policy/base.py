@@ -2,7 +2,7 @@
 
 Every generation backend (in-process transformers `hf.HFPolicy`, an OpenAI-compatible server
 through `http.HTTPPolicy`) implements the `Policy` protocol; callers (the episode runner of
-`simulate` and `eval`) never see which one they hold. `load.load_policy(spec)` picks one.
+`simulate` and `eval`) never see which one they hold. `open.open_policy(ref)` picks one.
 
 Seeds: with one `SamplingParams` whose `seed` is s, prompt i of a call is sampled with seed
 s + i (`per_prompt()`); pass a list of `SamplingParams` to choose every prompt's seed yourself.

@@ -60,9 +60,10 @@ def checkpoint_id(path: str | Path) -> str:
     return digest.checkpoint_id_of(digest.tree_sha256(p))
 
 
-def checkpoint_dir(ref: str, registry: str | Path | None) -> Path:
+def checkpoint_dir(ref: str, registry: Registry | str | Path | None) -> Path:
     """The checkpoint directory `ref` names: a directory as is, else an alias, id or
-    `registry:<alias>` of the registry directory `registry` (opened only then)."""
+    `registry:<alias>` of `registry` (a `Registry`, or its directory: then opened read-only, so
+    naming a checkpoint creates, locks and repairs nothing)."""
     path = Path(ref)
     if path.is_dir():
         return path
@@ -71,7 +72,8 @@ def checkpoint_dir(ref: str, registry: str | Path | None) -> Path:
             f"policy {ref!r}: not a directory, and no registry was given to resolve it as an alias",
             hint="pass a checkpoint directory, or name the registry (the CLI's default: $RLCYCLE_HOME/registry)",
         )
-    return Registry(registry).resolve(ref)  # raises a clear error naming the known aliases
+    reg = registry if isinstance(registry, Registry) else Registry(registry, readonly=True)
+    return reg.resolve(ref)  # raises a clear error naming the known aliases
 
 
 @dataclass

@@ -222,23 +222,6 @@ def logprobs_processed(policy: Any, model: str) -> bool | None:
 # --- a checkpoint asked for on a server (simulate's and eval's `server` key) -----------------
 
 
-def on_server(server: str, ref: Any, registry: str | Path | None) -> tuple[str, Path]:
-    """`SERVER#<checkpoint dir>` for a checkpoint reference (a directory, registry alias or
-    checkpoint id), and that directory: the policy is requested on the server by its served
-    identity (`identify`: its adapter `rlcycle-<12 hex>`, or full weights rooted there), and
-    prompts are rendered with the checkpoint's own tokenizer, the one its ids come from."""
-    from rlcycle.policy.registry import checkpoint_dir
-
-    if not isinstance(ref, (str, Path)) or str(ref).startswith(("http://", "https://", "scripted:")):
-        raise InputError(
-            f"policy {str(getattr(ref, 'name', ref))!r} with server={server}: the policy must be a checkpoint (directory, alias or id) "
-            "to be asked for on the server",
-            hint=f"pass the checkpoint, or drop `server` and pass {ref!r} as it is",
-        )
-    path = checkpoint_dir(str(ref), str(registry) if registry is not None else None).resolve()
-    return f"{server.rstrip('/')}#{path}", path
-
-
 class AdapterLoaded:
     """A checkpoint's LoRA adapter loaded on a server for the length of a `with` block (eval's
     candidate on `server`): loaded under its per-version name `rlcycle-<12 hex>` (the deploy

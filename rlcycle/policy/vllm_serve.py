@@ -116,10 +116,11 @@ def target_for(ref: str | Path, name: str | None = None, registry: str | Path | 
     A LoRA checkpoint (rlcycle.json `adapter`) is served as its adapter's base (`adapter.base.
     path`, the first base of a chain, docs/lora.md) with OUT/adapter loaded under its per-version
     name; a full checkpoint is served as it is."""
-    from rlcycle.policy.registry import checkpoint_dir, checkpoint_id
+    from rlcycle.policy.open import open_checkpoint
 
-    path = checkpoint_dir(str(ref), registry).resolve()
-    cid = checkpoint_id(path)
+    located = open_checkpoint(ref, registry, what="serve")
+    path, cid = located.path, located.checkpoint_id
+    assert path is not None and cid is not None
     adapter = (_meta(path).get("adapter") or {}) if (path / "adapter").is_dir() else {}
     if not adapter:
         return Target(path, name or path.name, {}, cid)

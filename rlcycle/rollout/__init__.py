@@ -27,6 +27,7 @@ from typing import Any
 
 from rlcycle.config import cfg, check_range
 from rlcycle.errors import InputError
+from rlcycle.policy.open import PolicySpec  # what `run` takes (made by rlcycle.policy.open.open_policy)
 
 EXECUTORS = ("local", "ray")
 
@@ -59,32 +60,6 @@ class RolloutConfig:
         return problems
 
 
-@dataclass
-class PolicySpec:
-    """A policy as an executor needs it: `ref` (what `resolve_policy` takes) and its prefix
-    cache budget for workers that load their own copy; `policy` and `renderer`, already made,
-    for the local executor."""
-
-    ref: str | None
-    tokenizer: str | None = None
-    policy: Any = None
-    renderer: Any = None
-    prefix_cache_tokens: int = 0
-    dtype: str = "auto"  # of a checkpoint run in-process (HFPolicyConfig.dtype)
-
-
-def in_process_dtype() -> Any:
-    """The `dtype` config field of simulate and eval (HFPolicyConfig.dtype of the checkpoints they
-    run in-process)."""
-    return cfg(
-        "auto",
-        help="Dtype of a checkpoint run in-process: auto (float32 on a CPU, bfloat16 on a CUDA GPU that "
-        "supports it), float32, bfloat16 or float16. bfloat16 samples ~2x faster than float32 on a CPU "
-        "(SmolLM2) but its logprobs disagree with the trainer's (docs/performance.md); a run in another "
-        "dtype than float32 is named by it (run and event ids differ). Servers keep their own.",
-    )
-
-
 def open_executor(config: RolloutConfig, sandboxes: int) -> Any:
     """The executor `config.executor` names, started (a context manager: close it)."""
     problems = config.validate()
@@ -99,4 +74,4 @@ def open_executor(config: RolloutConfig, sandboxes: int) -> Any:
     return LocalExecutor(sandboxes)
 
 
-__all__ = ["EXECUTORS", "PolicySpec", "RolloutConfig", "in_process_dtype", "open_executor"]
+__all__ = ["EXECUTORS", "PolicySpec", "RolloutConfig", "open_executor"]

@@ -39,8 +39,9 @@ from typing import Any
 from rlcycle.agent.runner import EpisodeResult, RunnerConfig
 from rlcycle.agent.user import UserConfig
 from rlcycle.errors import InputError, RlcycleError
+from rlcycle.policy.open import open_spec
 from rlcycle.rollout import PolicySpec, RolloutConfig
-from rlcycle.rollout.executor import infra_error, load_policy_spec
+from rlcycle.rollout.executor import infra_error
 from rlcycle.tasks.suite import Task
 
 # --- what runs on the nodes -----------------------------------------------------------------
@@ -71,7 +72,7 @@ class _Worker:
 
         key = (spec.ref, spec.tokenizer, spec.prefix_cache_tokens, spec.dtype)
         if key not in self.policies:  # loaded once per worker, reused by every shard
-            self.policies[key] = load_policy_spec(spec)
+            self.policies[key] = open_spec(spec)
         policy, renderer = self.policies[key]
         return run_episodes(policy, name, tasks, self.pool, runner, renderer=renderer, only=only, **kwargs)
 

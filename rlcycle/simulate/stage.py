@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, Any
 
 from rlcycle import io as rio
 from rlcycle.agent.runner import (
@@ -48,11 +48,12 @@ from rlcycle.agent.runner import (
     summarize,
 )
 from rlcycle.agent.user import UserConfig
-from rlcycle.config import cfg, check_dtype, check_range, ensure_valid
+from rlcycle.config import cfg, check_range, ensure_valid
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
 from rlcycle.faults import crash_point
-from rlcycle.rollout import PolicySpec, RolloutConfig, in_process_dtype, open_executor
+from rlcycle.policy.open import PolicyConfig, open_policy
+from rlcycle.rollout import RolloutConfig, open_executor
 from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
 
@@ -67,46 +68,18 @@ class SimulateConfig:
     sandboxes: int = cfg(
         4, help="Sandboxes in the pool (sessions run concurrently over them); with executor=ray: in each worker's pool."
     )
-    tokenizer: str | None = cfg(
-        None,
-        help="Tokenizer directory for rendering prompts: needed for "
-        "an http policy; scripted policies default to "
-        "sample_data/tokenizer; a checkpoint uses its own.",
+    policy: PolicyConfig = cfg(
+        PolicyConfig(), help="How the policy reference is opened: tokenizer, server, prefix cache, dtype."
     )
-    server: str | None = cfg(
-        None,
-        help="Sample a checkpoint policy (directory, alias or id) from this OpenAI-compatible server (vLLM) "
-        "instead of in-process: it is asked for by its served identity (URL#CHECKPOINT: its adapter "
-        "rlcycle-<12 hex>, or full weights rooted at its directory; an error when neither is served) and "
-        "rendered with its own tokenizer unless `tokenizer` is set. None: in-process.",
-    )
-    prefix_cache_tokens: int = cfg(
-        0,
-        help="Prefix KV cache budget (tokens) of a checkpoint run "
-        "in-process: a turn reuses the keys/values of the "
-        "previous prompt, e.g. 16384 (rlcycle/policy/prefix.py). "
-        "0 = off, the default: reused keys/values change "
-        "logprobs at the 1e-6 level, so events are no longer "
-        "bit-identical to a cold run.",
-    )
-    dtype: str = in_process_dtype()
     runner: RunnerConfig = cfg(RunnerConfig(), help="How episodes run (the episode runner's keys).")
     user: UserConfig = cfg(UserConfig(), help="How the simulated user behaves.")
     rollout: RolloutConfig = cfg(RolloutConfig(), help="Where episodes run: local or ray (docs/scale.md).")
-    # The flat keys of the mixin days, now keys of the nested tables (resolve names the new key).
-    MOVED: ClassVar[dict[str, str]] = {
-        **{f.name: f"runner.{f.name}" for f in dataclasses.fields(RunnerConfig)},
-        **{f.name: f"user.{f.name}" for f in dataclasses.fields(UserConfig)},
-        **{f.name: f"rollout.{f.name}" for f in dataclasses.fields(RolloutConfig)},
-    }
 
     def validate(self) -> list[str]:
         """This level's problems (`config.validate_all` adds the nested tables')."""
         problems: list[str] = []
         check_range(problems, self, "episodes", ge=1, optional=True)
         check_range(problems, self, "sandboxes", ge=1)
-        check_range(problems, self, "prefix_cache_tokens", ge=0)
-        check_dtype(problems, self.dtype)
         return problems
 
 
@@ -159,17 +132,13 @@ def run(
     registry directory a policy alias resolves in."""
     ensure_valid(config)
     started = time.monotonic()
-    if config.server is not None:  # the checkpoint as the server serves it, with its own tokenizer
-        from rlcycle.policy.served import on_server
-
-        policy, ckpt = on_server(config.server, str(policy), registry)
-        config = dataclasses.replace(config, tokenizer=config.tokenizer or str(ckpt))
     task_list = _load_tasks(tasks)
-    spec, name, key = _policy_spec(policy, config, registry)
+    opened = open_policy(policy, config.policy, registry, where=config.rollout.executor)
+    spec, name, key = opened.spec, opened.name, opened.run_key
     progress = Progress("simulate", quiet=quiet)
     runner = dataclasses.replace(config.runner)  # a copy: the run id set below is this run's only
     n = config.episodes or len(task_list)
-    if key is not None and not runner.run_id:  # a server: ids derive from what it serves, not its URL
+    if key is not None and not runner.run_id:  # a server or a dtype: ids derive from what runs, not the ref
         runner.run_id = run_id_for(key, config.seed, runner, task_list, True, config.user)
     try:
         with _event_sink(out) as sink, open_executor(config.rollout, min(config.sandboxes, n)) as ex:
@@ -191,8 +160,8 @@ def run(
                 on_result=done,
             )
     finally:
-        if spec.policy is not None and spec.policy is not policy:  # we loaded it: free it
-            spec.policy.close()
+        if spec.policy is not None and spec.policy is not policy:  # we opened it: free it
+            opened.close()
     stats = summarize(results)
     return SimulateResult(
         output=str(out),
@@ -270,71 +239,6 @@ def _load_tasks(tasks: Any) -> list:
     if not task_list:
         raise InputError(f"no tasks in {tasks}", hint="`rlcycle tasks ls DIR` lists a suite")
     return task_list
-
-
-def _policy_spec(
-    policy: Any, config: SimulateConfig, registry: str | Path | None = None
-) -> tuple[PolicySpec, str, str | None]:
-    """The policy as the executor needs it, its name, and the run key of a server (its
-    identity; rlcycle/policy/resolve.py). Locally it is loaded here; Ray workers load their
-    own copies from the reference, so only its name is read here."""
-    if config.rollout.executor == "ray":
-        from rlcycle.rollout.executor import pin_policy
-
-        if not isinstance(policy, (str, Path)):
-            raise InputError(
-                "executor=ray takes a policy reference, not a loaded Policy object",
-                hint="pass a checkpoint dir, registry alias, http URL or scripted:* name",
-            )
-        if str(policy).startswith(("http://", "https://")) and config.tokenizer is None:
-            raise InputError(
-                f"policy {str(policy)!r} comes without a tokenizer",
-                hint="pass --tokenizer DIR: the tokenizer of the served model",
-            )
-        if str(policy).startswith(("http://", "https://")):  # named by what it serves (asked here once)
-            from rlcycle.policy.resolve import resolve_policy
-
-            probe = resolve_policy(str(policy), registry=registry)
-            probe.policy.close()
-            return PolicySpec(str(policy), config.tokenizer), probe.name, probe.run_key
-        ref, name, _ = pin_policy(str(policy), registry)
-        spec = PolicySpec(ref, config.tokenizer, prefix_cache_tokens=config.prefix_cache_tokens, dtype=config.dtype)
-        from rlcycle.policy.resolve import dtype_run_key
-
-        return spec, name, dtype_run_key(name, config.dtype)
-    policy_obj, name, key = _load_policy(policy, config.tokenizer, config.prefix_cache_tokens, registry, config.dtype)
-    spec = PolicySpec(None, config.tokenizer, policy_obj, _renderer(policy_obj, config.tokenizer))
-    return spec, name, key
-
-
-def _load_policy(
-    policy: Any, tokenizer: str | None, prefix_cache_tokens: int, registry: Any, dtype: str = "auto"
-) -> tuple[Any, str, str | None]:
-    """(the policy, its name, the run key its run ids derive from; rlcycle/policy/resolve.py)."""
-    from rlcycle.policy.resolve import resolve_policy, run_key
-
-    if not isinstance(policy, (str, Path)):
-        if hasattr(policy, "identify"):  # an HTTPPolicy object: named by what it serves
-            policy.identify()
-        return policy, str(getattr(policy, "name", type(policy).__name__)), run_key(policy)
-
-    resolved = resolve_policy(
-        str(policy), tokenizer=tokenizer, prefix_cache_tokens=prefix_cache_tokens, registry=registry, dtype=dtype
-    )
-    return resolved.policy, resolved.name, resolved.run_key
-
-
-def _renderer(policy: Any, tokenizer: str | None) -> Any:
-    from rlcycle.harness import ChatRenderer
-
-    if tokenizer is not None:
-        return ChatRenderer.from_pretrained(tokenizer)
-    if getattr(policy, "tokenizer", None) is None:
-        raise InputError(
-            f"policy {getattr(policy, 'name', policy)!r} comes without a tokenizer",
-            hint="pass --tokenizer DIR: the tokenizer of the served model",
-        )
-    return ChatRenderer(policy.tokenizer)
 
 
 def format_summary(r: SimulateResult) -> str:

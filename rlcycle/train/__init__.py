@@ -28,11 +28,12 @@ class TrainArgs:
     """What one train reads and writes: `run`'s arguments past the config."""
 
     examples: list[str]  # examples.arrow file(s) from distill
-    base: str | Path  # the base checkpoint directory
+    base: str | Path  # the base: a checkpoint directory, registry alias or checkpoint id
     out: str | Path  # the checkpoint directory to write (its saved state: OUT.state)
     metrics: str | None = None  # default: OUT/train_metrics.arrow
     overwrite: bool = False  # replace OUT if it exists
     quiet: bool = False
+    registry: str | Path | None = None  # the registry an alias or id in `base` resolves in
 
 
 class TrainStage:
@@ -64,6 +65,7 @@ class TrainStage:
             metrics_path=args.metrics,
             overwrite=args.overwrite,
             quiet=args.quiet,
+            registry=args.registry,
         )
 
     def record(self, result: TrainResult) -> Outcome:

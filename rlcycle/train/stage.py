@@ -121,9 +121,13 @@ def run(
     metrics_path: str | None = None,
     overwrite: bool = False,
     quiet: bool = False,
+    registry: str | Path | None = None,
 ) -> TrainResult:
-    """Train `base` on `examples` into `out`; see the module docstring."""
+    """Train `base` (a checkpoint directory, or an alias or id of `registry`, opened like every
+    policy reference: rlcycle/policy/open.py) on `examples` into `out`; see the module docstring."""
     from accelerate.utils import set_seed
+
+    from rlcycle.policy.open import open_checkpoint
 
     started = time.monotonic()
     paths = [examples] if isinstance(examples, (str, Path)) else list(examples)
@@ -133,7 +137,7 @@ def run(
     config = _fsdp_without_sharing(acc, config, say)
     set_seed(config.seed)
     C.check_output(out, overwrite)
-    base_info = C.read_base(base)
+    base_info = C.read_base(open_checkpoint(base, registry, what="--base").path or base)
     model = loop.load_model(base_info.path, config)
     adapter_base = None
     if config.lora_r > 0:
