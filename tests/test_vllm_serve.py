@@ -118,3 +118,19 @@ def test_bad_config_is_refused_before_anything_starts(tmp_path):
 def test_serve_rejects_an_unknown_engine(cli, tmp_path):
     r = cli(["serve", "--engine", "sglang", "--policy", str(tmp_path)])
     assert r.exit_code == 2 and "--engine" in r.error
+
+
+def test_serve_without_vllm_says_how_to_install_it(cli, tmp_path):
+    """`rlcycle serve` is vLLM only: with none installed it exits 2 naming the install command, and
+    the old in-process engine is refused naming the gateway, which serves in-process models now."""
+    r = cli(["serve", "--policy", str(tmp_path)], env={vllm_serve.PYTHON_ENV: str(tmp_path / "nope" / "python")})
+    assert r.exit_code == 2 and "bash scripts/dev.sh vllm" in r.error, r.output
+    r = cli(["serve", "--engine", "rlcycle", "--policy", str(tmp_path)])
+    assert r.exit_code == 2 and "rlcycle gateway" in r.error, r.output
+
+
+def test_deploy_vllm_refuses_bad_options_before_reaching_the_server(cli, tmp_path):
+    r = cli(["deploy-vllm", "--url", "http://127.0.0.1:9", "--checkpoint", str(tmp_path), "--tolerance", "0"])
+    assert r.exit_code == 2 and "--tolerance" in r.error, r.output
+    r = cli(["deploy-vllm", "--url", "http://127.0.0.1:9", "--checkpoint", str(tmp_path)])
+    assert r.exit_code == 2 and "no LoRA adapter" in r.error, r.output  # a full checkpoint cannot be hot-loaded
