@@ -85,7 +85,7 @@ def test_init_model_id_covers_the_config_not_only_the_weights(cli, tmp_path):
         assert verify_checkpoint(d, full=True).id == cid
     # an independent reader: sha256sum over the listed files reproduces it (module docstring)
     listing = subprocess.run(
-        "find . -type f ! -name rlcycle.json ! -name rlcycle.manifest.json ! -name train_metrics.arrow "
+        "find . -type f ! -path ./rlcycle.json ! -path ./rlcycle.manifest.json ! -path ./train_metrics.arrow "
         "| cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum",
         shell=True,
         cwd=a,

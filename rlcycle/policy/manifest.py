@@ -23,10 +23,11 @@ model code, a new tokenizer file). An exclude list, not an include list, so that
 changes what `from_pretrained` builds can change unnoticed.
 
 The content id: sha256 over one line `<sha256 hex>  <name>\\n` per counted file (sha256sum's
-format), sorted by name (the relative POSIX path). The shell reproduces it:
+format), sorted by name (the relative POSIX path). The shell reproduces it (for names without
+spaces; names with a newline or backslash, which sha256sum would escape, are refused):
 
-    cd CKPT && find . -type f ! -name rlcycle.json ! -name rlcycle.manifest.json \\
-        ! -name train_metrics.arrow | cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum
+    cd CKPT && find . -type f ! -path ./rlcycle.json ! -path ./rlcycle.manifest.json \\
+        ! -path ./train_metrics.arrow | cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum
 
 The manifest (JSON): {"format", "id", "content_id", "files": [{"name", "size", "mtime_ns",
 "sha256"}]}. `id` is the name the checkpoint is known by; it equals `content_id`, except for a
@@ -136,9 +137,9 @@ def content_id(root: str | Path) -> str:
     return build_manifest(root).content_id
 
 
-def _entry(name: str, path: Path, sha: str | None = None) -> FileEntry:
-    st = path.stat()
-    return FileEntry(name, st.st_size, st.st_mtime_ns, sha or digest.file_sha256(path))
+def _entry(name: str, path: Path) -> FileEntry:
+    st = path.stat()  # before reading: a write during the hash then shows as a moved mtime
+    return FileEntry(name, st.st_size, st.st_mtime_ns, digest.file_sha256(path))
 
 
 def build_manifest(root: str | Path, cid: str | None = None) -> Manifest:

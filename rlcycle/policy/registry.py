@@ -57,14 +57,15 @@ __all__ = ["Check", "CheckpointChanged", "Registry", "Verified", "checkpoint_dir
 
 
 def checkpoint_id(path: str | Path) -> str:
-    """The id of a checkpoint directory, as recorded (its manifest's, else rlcycle.json's);
-    computed from its files (a full read) when neither records one. Does not verify: see
-    `verify_checkpoint`."""
+    """The id of a checkpoint directory, as recorded (rlcycle.json's, else its manifest's);
+    computed from its files (a full read) when neither records one. The two agree in every
+    checkpoint rlcycle makes; where they do not, `verify_checkpoint` refuses it. Does not verify."""
     p = Path(path)
+    stated = M.stated_id(p)
+    if stated:
+        return stated
     recorded = M.read_manifest(p)
-    if recorded is not None:
-        return recorded.id
-    return M.stated_id(p) or M.content_id(p)
+    return recorded.id if recorded is not None else M.content_id(p)
 
 
 def verify_checkpoint(path: str | Path, full: bool = False, expected_id: str | None = None) -> Verified:
