@@ -207,6 +207,12 @@ def test_missing_extra_and_resized_files_are_named(cli, ckpts):
         verify_checkpoint(copy)
     assert e.value.problems == problems
     assert cli(["registry", "verify", "no-such-alias"]).exit_code == 2
+    # a damaged manifest is one more changed checkpoint, reported beside the others
+    other = cli(["registry", "add", ckpts[1]]).stdout.strip()
+    (registry_copy(other) / M.MANIFEST).write_text("{not json")
+    r = cli(["registry", "verify"])
+    assert r.exit_code == 1 and len(r.stdout.splitlines()) == 2
+    assert f"CHANGED  {other}" in r.stdout and "rlcycle.manifest.json: not a valid manifest" in r.stdout
 
 
 def test_the_vllm_hook_refuses_a_changed_checkpoint_before_touching_the_server(cli, ckpts, capsys):

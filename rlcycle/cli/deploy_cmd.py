@@ -205,7 +205,7 @@ def registry_verify(
 def _verify_line(c) -> str:
     """`ok  ID  (aliases; N files, X MB)` or `CHANGED  ID  file: what; file: what`."""
     if not c.ok:
-        return f"CHANGED  {c.id}  {c.path}: " + "; ".join(c.problems)
+        return f"CHANGED  {c.id or c.ref}  {c.path}: " + "; ".join(c.problems)
     note = "" if c.recorded else "; no manifest: checked against its pre-manifest id"
     names = f"{','.join(c.aliases)}; " if c.aliases else ""
     return f"ok       {c.id}  ({names}{c.files} files, {c.bytes / 1e6:.1f} MB, {c.seconds:.2f} s{note})"

@@ -178,10 +178,8 @@ def read_manifest(root: str | Path) -> Manifest | None:
     except FileNotFoundError:
         return None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise InputError(
-            f"{path}: not a valid checkpoint manifest ({type(e).__name__}: {e})",
-            hint="restore the checkpoint from its source and `rlcycle registry add` it again",
-        ) from None
+        # a damaged checkpoint like any other, so `registry verify` reports it and goes on
+        raise CheckpointChanged(root, None, [f"{MANIFEST}: not a valid manifest ({type(e).__name__}: {e})"]) from None
 
 
 def stated_id(root: str | Path) -> str | None:
@@ -191,8 +189,8 @@ def stated_id(root: str | Path) -> str | None:
         return None
     try:
         found = json.loads(meta.read_text()).get("id")
-    except json.JSONDecodeError:
-        raise InputError(f"{meta}: not valid JSON", hint="the checkpoint's lineage file is damaged") from None
+    except (json.JSONDecodeError, AttributeError) as e:
+        raise CheckpointChanged(root, None, [f"rlcycle.json: not a JSON object ({e})"]) from None
     return str(found) if found else None
 
 
