@@ -4,7 +4,8 @@ Layout of a registry directory (the caller names it: `Registry(root)`; the CLI's
 `$RLCYCLE_HOME/registry`, RLCYCLE_HOME defaulting to ~/.rlcycle, resolved in rlcycle/cli/options.py;
 a cycle's is `<registry_home>/registry`):
 
-    checkpoints/<id>/     an HF checkpoint (loadable as is) + rlcycle.json; never modified
+    checkpoints/<id>/     an HF checkpoint (loadable as is) + rlcycle.json + rlcycle.manifest.json;
+                          never modified (a damaged copy is replaced whole by `add`)
     state.json            {"seq", "aliases": {name: id}, "canary": {...}, "last": <entry>}
     deployments.arrow     history, one row per promotion/rollback (the `deployments` contract)
     .lock                 rlcycle.io.FileLock: one writer at a time
