@@ -123,7 +123,7 @@ def test_tokenizer_and_chat_template_change_the_id(ckpts, tmp_path):
 # --- the checks -------------------------------------------------------------------------------
 
 
-def test_untouched_checkpoint_verifies_and_cheap_rehashes_only_what_moved(cli, ckpts):
+def test_untouched_checkpoint_verifies_and_cheap_rehashes_only_what_moved(cli, ckpts, tmp_path):
     r = cli(["registry", "add", ckpts[0], "--alias", "production"])
     assert r.exit_code == 0, r.output
     cid = r.stdout.strip()
@@ -140,6 +140,14 @@ def test_untouched_checkpoint_verifies_and_cheap_rehashes_only_what_moved(cli, c
     r = cli(["registry", "verify", "production", "--json"])
     doc = json.loads(r.stdout)
     assert r.exit_code == 0 and doc["ok"] and doc["checkpoints"][0]["id"] == cid
+    # `cp -r` of a made checkpoint: every mtime moved, so every file is re-hashed (and matches);
+    # its registry copy records the mtimes it has, so opening that copy re-hashes nothing
+    M.write_manifest(ckpts[1])
+    copied = shutil.copytree(ckpts[1], tmp_path / "cp", copy_function=shutil.copy)
+    v = verify_checkpoint(copied)
+    assert v.rehashed == v.files and v.id == checkpoint_id(ckpts[1])
+    other = cli(["registry", "add", copied]).stdout.strip()
+    assert other == v.id and verify_checkpoint(registry_copy(other)).rehashed == 0
 
 
 def test_zeroed_weights_are_refused_by_cheap_verify_registry_verify_and_rollback(cli, ckpts, tmp_path):

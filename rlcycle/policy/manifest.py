@@ -225,9 +225,10 @@ def verify(root: str | Path, full: bool = False, expected_id: str | None = None)
 
 def _check_recorded(root: Path, m: Manifest, full: bool, expected: str | None) -> tuple[Manifest, int]:
     """Files against the manifest, then the ids; (manifest, files re-hashed)."""
-    problems, hashes, rehashed = _compare_files(root, m, full)
+    problems, seen, rehashed = _compare_files(root, m, full)
     if problems:
         raise CheckpointChanged(root, m.id, problems)
+    hashes = {n: e.sha256 for n, e in seen.items()}
     computed = content_id_of(hashes)
     if computed != m.content_id:  # the manifest itself was edited
         problems.append(f"{MANIFEST}: its content_id {m.content_id} is not the hash of the files it lists ({computed})")
@@ -240,15 +241,17 @@ def _check_recorded(root: Path, m: Manifest, full: bool, expected: str | None) -
             problems.append(f"{who} says id {claim}, its manifest {m.id}")
     if problems:
         raise CheckpointChanged(root, m.id, problems)
-    return m, rehashed
+    # The files as seen now (same hashes; the mtimes this copy has), so a copy of it (registry
+    # add) can record its own mtimes instead of re-hashing every file whose mtime a `cp` changed.
+    return Manifest(m.id, m.content_id, seen), rehashed
 
 
-def _compare_files(root: Path, m: Manifest, full: bool) -> tuple[list[str], dict[str, str], int]:
-    """(problems, {name: sha256}, files re-hashed): each listed file by size, then by hash when
-    `full` or its mtime moved; and every counted file the manifest does not list."""
+def _compare_files(root: Path, m: Manifest, full: bool) -> tuple[list[str], dict[str, FileEntry], int]:
+    """(problems, {name: the entry as seen now}, files re-hashed): each listed file by size,
+    then by hash when `full` or its mtime moved; and every counted file the manifest does not list."""
     on_disk = dict(content_files(root))
     problems: list[str] = []
-    hashes: dict[str, str] = {}
+    seen: dict[str, FileEntry] = {}
     rehashed = 0
     for name, want in sorted(m.files.items()):
         path = on_disk.pop(name, None)
@@ -264,9 +267,9 @@ def _compare_files(root: Path, m: Manifest, full: bool) -> tuple[list[str], dict
             got, rehashed = digest.file_sha256(path), rehashed + 1
         if got != want.sha256:
             problems.append(f"{name}: changed (sha256 {got[:16]}…, the manifest says {want.sha256[:16]}…)")
-        hashes[name] = got
+        seen[name] = FileEntry(name, st.st_size, st.st_mtime_ns, got)  # stat before the hash
     problems += [f"{name}: unexpected file (not in the manifest)" for name in sorted(on_disk)]
-    return problems, hashes, rehashed
+    return problems, seen, rehashed
 
 
 def _check_unrecorded(root: Path, expected: str | None) -> Manifest:

@@ -264,8 +264,9 @@ class Registry:
         with rio.atomic_dir(self.ckpts / checked.id) as tmp:
             shutil.copytree(src, tmp, dirs_exist_ok=True, copy_function=_copy_file)
             crash_point("copied")
-            if not checked.recorded:
-                M.write_manifest(tmp, checked.manifest)  # copy2 kept the sizes and mtimes it lists
+            # The manifest as the source was checked (the same hashes, the mtimes it has now, which
+            # copy2 kept): a source without one gets one, a `cp`'d one its own mtimes back.
+            M.write_manifest(tmp, checked.manifest)
             # Cheap, as the copy kept the source's mtimes: a file that changed between the check
             # above and its copy has another mtime, is re-hashed here, and stops the add.
             verify_checkpoint(tmp, expected_id=checked.id)
