@@ -156,10 +156,11 @@ def locate(ref: str | Path, registry: Any = None) -> Located:
     kind = kind_of(text)
     if kind != CHECKPOINT:
         return Located(kind, text)
-    from rlcycle.policy.registry import checkpoint_dir, checkpoint_id
+    from rlcycle.policy.registry import checkpoint_dir, verify_checkpoint
 
     path = checkpoint_dir(text, registry).resolve()
-    return Located(CHECKPOINT, str(path), path, checkpoint_id(path))
+    verified = verify_checkpoint(path, full=False)  # sizes and mtimes; a moved file is re-hashed
+    return Located(CHECKPOINT, str(path), path, verified.id)
 
 
 def open_checkpoint(ref: str | Path, registry: Any = None, what: str = "policy") -> Located:
