@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_deploy import make_ckpt
 
 from rlcycle.cli.options import registry_dir
 from rlcycle.deploy import vllm as vllm_hook
@@ -24,20 +25,9 @@ SAMPLE_TOKENIZER = Path(__file__).resolve().parent.parent / "sample_data" / "tok
 
 def tiny_ckpt(path: Path, seed: int) -> Path:
     """A real (tiny, random) Qwen2 checkpoint with a tokenizer, as `save_pretrained` writes it."""
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoTokenizer
 
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-    )
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
+    make_ckpt(path, seed)
     AutoTokenizer.from_pretrained(SAMPLE_TOKENIZER).save_pretrained(path)
     return path
 
