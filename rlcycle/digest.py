@@ -4,9 +4,10 @@ In: paths. Out: sha256 hex digests, read with `hashlib.file_digest` (no file is 
 
     file_sha256("examples.arrow")            # the file's bytes
     tree_sha256("runs/x/checkpoint")         # every file under a directory: name, NUL, bytes
-    checkpoint_id_of(tree_sha256(d))         # "sha256:" + 64 hex
+    checkpoint_id_of(hexdigest)              # "sha256:" + 64 hex
 
-A checkpoint id is `sha256:` + 64 hex digits (init-model, train and the registry all write this).
+A checkpoint id is `sha256:` + 64 hex digits; which files and bytes it covers is
+rlcycle/policy/manifest.py's (`tree_sha256` was the registry's id before manifests).
 This module imports nothing of rlcycle's.
 """
 

@@ -3,8 +3,9 @@
 What goes in: a seed, a size (`tiny` or `small`) and a tokenizer directory (default: the
 repository's `sample_data/tokenizer`). What comes out: a directory that
 `AutoModelForCausalLM.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)` load as it
-is (config.json, generation_config.json, model.safetensors, tokenizer files) plus `rlcycle.json`
-(lineage: `id` = sha256 of model.safetensors, no parent).
+is (config.json, generation_config.json, model.safetensors, tokenizer files) plus
+`rlcycle.manifest.json` (every file's size and sha256) and `rlcycle.json` (lineage: `id` = the
+content id over all those files, rlcycle/policy/manifest.py; no parent).
 
 Deterministic: the same seed, size, tokenizer and torch version give byte-identical
 `model.safetensors` (weights are drawn on CPU in float32 from a private RNG seeded with the
@@ -48,8 +49,8 @@ from typing import Any
 from rlcycle import io as rio
 from rlcycle import resources
 from rlcycle.config import cfg, check_range
-from rlcycle.digest import checkpoint_id_of, file_sha256
 from rlcycle.errors import InputError
+from rlcycle.policy.manifest import write_manifest
 
 DEFAULT_TOKENIZER = resources.tokenizer()
 
@@ -236,7 +237,9 @@ def run(
     with rio.atomic_dir(out) as tmp:  # a temp directory beside out, renamed onto it at the end
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        cid = checkpoint_id_of(file_sha256(tmp / "model.safetensors"))
+        # The id covers every file the model is: weights, config (max_position_embeddings...),
+        # generation config, tokenizer, chat template (rlcycle/policy/manifest.py), not weights alone.
+        cid = write_manifest(tmp).id
         lineage = {
             # The same keys train writes (rlcycle/train/checkpoint.py): id, parent, lineage, data.
             "id": cid,

@@ -26,6 +26,7 @@ from train_data import make_rows, write_examples
 
 from rlcycle.cli.options import registry_dir
 from rlcycle.deploy.vllm import PREFIX, Local, max_diff
+from rlcycle.policy.manifest import write_manifest
 from rlcycle.policy.registry import Registry
 
 pytest.importorskip("peft")
@@ -74,6 +75,10 @@ def ckpts(vllm, tmp_path_factory):
     shutil.copytree(out["v2"], corrupt)
     shutil.rmtree(corrupt / "adapter")
     shutil.copytree(out["v1"] / "adapter", corrupt / "adapter")
+    # made that way (its manifest and id cover the swapped adapter): only the probe can tell
+    meta = json.loads((corrupt / "rlcycle.json").read_text())
+    meta["id"] = write_manifest(corrupt).id
+    (corrupt / "rlcycle.json").write_text(json.dumps(meta))
     out["corrupt"] = corrupt
     return out
 

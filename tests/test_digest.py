@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 
 import pytest
@@ -44,11 +45,12 @@ def test_file_and_tree_hashes(tmp_path):
 
 
 def test_one_id_format_for_every_checkpoint(tmp_path):
-    foreign = fake_ckpt(tmp_path / "foreign", 0)  # no rlcycle.json: the hash of its files
+    foreign = fake_ckpt(tmp_path / "foreign", 0)  # no rlcycle.json, no manifest: hashed now
     cid = checkpoint_id(foreign)
-    assert NEW_ID.fullmatch(cid) and cid == "sha256:" + digest.tree_sha256(foreign)
-    assert NEW_ID.fullmatch(C.content_id(foreign))  # what train writes into rlcycle.json
-    assert C.content_id(foreign) == "sha256:" + digest.file_sha256(foreign / "model.safetensors")
+    # sha256 over sha256sum's lines, one per file, sorted by name (rlcycle/policy/manifest.py)
+    lines = "".join(f"{digest.file_sha256(foreign / n)}  {n}\n" for n in sorted(os.listdir(foreign)))
+    assert NEW_ID.fullmatch(cid) and cid == "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+    assert C.content_id(foreign) == cid  # what train writes into rlcycle.json: the same function
 
 
 # --- atomic directories and the lock ------------------------------------------------------------
@@ -76,7 +78,6 @@ def test_a_killed_atomic_dir_is_reclaimed_by_the_next_write_of_its_target(tmp_pa
     """kill -9 inside `atomic_dir` (a train saving its checkpoint, a registry copy) leaves the
     temp directory; the next `atomic_dir` of the same target removes it (its pid is dead) and
     no other: a live writer's, another host's, another target's."""
-    import os
     import re
     import signal
     import socket

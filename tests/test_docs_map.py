@@ -123,6 +123,8 @@ def _defined(src: Path, name: str) -> bool:
 def _dotted_problem(dotted: str, name: str | None) -> str | None:
     """`rlcycle.a.b` (+ `:name`): the longest prefix that is a module, then names defined in it."""
     parts = dotted.split(".")
+    if parts[-1] in ("json", "toml", "arrow", "jsonl", "md") and not name:
+        return None  # `rlcycle.manifest.json`: a file name, not a module
     where = REPO
     for i, part in enumerate(parts):
         if (where / part / "__init__.py").is_file() or (where / part).is_dir() and i == 0:

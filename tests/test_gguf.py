@@ -7,7 +7,6 @@ dir. One CLI conversion (with a one-step warm start on two tasks) serves every t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlcycle.policy.gguf import PRESETS
+from rlcycle.policy.manifest import content_id
 from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,8 +86,7 @@ def test_the_checkpoint_loads_as_is_and_is_the_real_model(smol, cache):
         nxt = model(input_ids=ids).logits[0, -1].argmax()
     assert tok.decode(nxt).strip() == "Paris"
     lineage = json.loads((out / "rlcycle.json").read_text())
-    digest = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
-    assert lineage["id"] == f"sha256:{digest}" == result["checkpoint_id"]
+    assert lineage["id"] == content_id(out) == result["checkpoint_id"]  # weights, configs, tokenizer
     assert lineage["origin"] == result["origin"] and lineage["origin"]["sha256"] == SMOL.sha256
     assert lineage["origin"]["preset"] == "smollm2-135m" and lineage["parent"] is None
     assert (cache / "smollm2-135m" / Path(SMOL.member).name).is_file()  # kept for the next run

@@ -18,6 +18,8 @@ from safetensors.torch import load_file
 from train_data import make_base, make_rows, write_examples
 
 from rlcycle.errors import InputError, RlcycleError
+from rlcycle.policy.manifest import read_manifest
+from rlcycle.policy.registry import verify_checkpoint
 from rlcycle.train import checkpoint as C
 from rlcycle.train import stage
 from rlcycle.train.config import LoraConfig, TrainConfig
@@ -132,6 +134,10 @@ def test_lr_zero_leaves_the_merged_model_equal_to_the_base(inputs, tmp_path):
         "base": {"id": C.checkpoint_id(base), "path": str(base.resolve())},
     }
     assert meta["config"]["lora"]["r"] == 4 and meta["id"] == r.checkpoint_id == C.content_id(tmp_path / "ck")
+    # the id covers the merged weights and the adapter (rlcycle/policy/manifest.py), not the metrics
+    listed = set(read_manifest(tmp_path / "ck").files)
+    assert {"model.safetensors", "adapter/adapter_model.safetensors", "adapter/adapter_config.json"} <= listed
+    assert "train_metrics.arrow" not in listed and verify_checkpoint(tmp_path / "ck", full=True).id == r.checkpoint_id
 
 
 def test_lora_steps_move_logprobs_like_a_full_fine_tune(inputs, trained):

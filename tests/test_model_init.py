@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
 
 from rlcycle.errors import InputError
 from rlcycle.model_init import init_model
+from rlcycle.policy.manifest import content_id, read_manifest
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -57,9 +57,9 @@ def test_loads_with_auto_classes_as_is(seed0):
     assert tok.convert_ids_to_tokens([2, 3, 7]) == ["<|im_end|>", "<tool_call>", "<|pad|>"]
     assert tok.chat_template and 2 in model.generation_config.eos_token_id
     lineage = json.loads(open(f"{seed0.path}/rlcycle.json").read())
-    digest = hashlib.sha256(open(f"{seed0.path}/model.safetensors", "rb").read()).hexdigest()
+    # the id covers every file the model is (weights, configs, tokenizer): rlcycle/policy/manifest.py
     assert (
-        lineage["id"] == f"sha256:{digest}" == seed0.checkpoint_id
+        lineage["id"] == content_id(seed0.path) == read_manifest(seed0.path).id == seed0.checkpoint_id
         and lineage["parent"] is None
         and lineage["lineage"] == [lineage["id"]]
     )

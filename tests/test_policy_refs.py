@@ -132,3 +132,21 @@ def test_simulate_and_eval_take_every_reference(cli, refs, model, suite, tmp_pat
     assert r.exit_code in (0, 3), r.output  # accepted or refused: both mean it ran
     verdict = json.loads((out.parent / "verdict.json").read_text())
     assert verdict["candidate_ref"] == refs[kind] and verdict["candidate_id"] == (None if kind == "scripted" else name)
+
+
+def test_a_checkpoint_changed_on_disk_is_refused_when_opened_to_sample_or_train(cli, model, examples, tmp_path):
+    """The cheap check on open (sizes and mtimes against the manifest; a moved file is re-hashed):
+    64 bytes zeroed in place after the checkpoint was made are caught, naming the file."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(model, copy, copy_function=shutil.copy2)  # copy2 keeps the mtimes the manifest records
+    assert open_policy(copy, where="ray").checkpoint_id == checkpoint_id(model)
+    with open(copy / "model.safetensors", "r+b") as f:
+        f.seek(4096)
+        f.write(bytes(64))
+    for where in ("local", "ray"):
+        with pytest.raises(InputError, match="model.safetensors: changed"):
+            open_policy(copy, where=where)
+    r = cli(["train", examples, "--base", copy, "-o", tmp_path / "ck"])
+    assert r.exit_code == 2 and "model.safetensors: changed" in r.error and not (tmp_path / "ck").exists()

@@ -20,6 +20,7 @@ from rlcycle.gateway import GatewayConfig, start
 from rlcycle.policy.base import SamplingParams
 from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 from rlcycle.policy.http import HTTPPolicy
+from rlcycle.policy.manifest import write_manifest
 from rlcycle.policy.open import PolicyConfig, open_policy
 from rlcycle.policy.registry import Registry, checkpoint_id
 from rlcycle.policy.served import adapter_name
@@ -50,7 +51,7 @@ def models(tmp_path_factory):
             p.data.normal_(0, 0.5)
     pm.save_pretrained(lora / "adapter")
     meta = json.loads((lora / "rlcycle.json").read_text())
-    meta["id"] = "sha256:" + "ab" * 32  # its own checkpoint id
+    meta["id"] = write_manifest(lora).id  # its own checkpoint id: the adapter is part of it
     (lora / "rlcycle.json").write_text(json.dumps(meta))
     return {k: root / k for k in ("a", "b", "lora")}
 

@@ -13,6 +13,7 @@ import pytest
 
 from rlcycle.errors import InputError
 from rlcycle.policy import vllm_serve
+from rlcycle.policy.manifest import content_id
 from rlcycle.policy.served import adapter_name, short_id
 from rlcycle.policy.vllm_serve import Target, VllmServeConfig, command, target_for
 
@@ -96,11 +97,13 @@ def test_an_adapter_without_its_base_is_a_clear_error(tmp_path):
 
 def test_a_registry_alias_is_resolved(tmp_path, cli):
     base = _model_dir(tmp_path / "base", "sha256:" + "e" * 64)
+    cid = content_id(base)  # registering checks the stated id against the files: the real one
+    (base / "rlcycle.json").write_text(json.dumps({"id": cid}))
     assert cli(["registry", "add", str(base), "--alias", "production"]).exit_code == 0
     import os
 
     t = target_for("production", registry=os.path.join(os.environ["RLCYCLE_HOME"], "registry"))
-    assert t.checkpoint_id == "sha256:" + "e" * 64 and t.adapters == {}
+    assert t.checkpoint_id == cid and t.adapters == {}
 
 
 def test_missing_vllm_names_the_install_command(tmp_path, monkeypatch):

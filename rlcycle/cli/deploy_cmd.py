@@ -218,3 +218,36 @@ def registry_add(
     from rlcycle import deploy as stage
 
     typer.echo(stage.register(checkpoint, alias, opt.open_registry()))
+
+
+@registry_app.command(
+    "verify",
+    help="Re-hash checkpoints and check them against their manifests and ids.\n\n"
+    "One line per checkpoint on stdout: `ok` or the files that changed, went missing or appeared. "
+    "Exit 1 if any changed, 2 if a REF names nothing.\n\n"
+    "Examples:\n\n  rlcycle registry verify\n\n  rlcycle registry verify production runs/c1/checkpoint --json",
+)
+def registry_verify(
+    refs: list[str] = typer.Argument(
+        None, metavar="[REF]...", help="Aliases, checkpoint ids or directories (default: every checkpoint)."
+    ),
+    as_json: bool = opt.json_flag('Print {"ok", "checkpoints": [...]} as one JSON object.'),
+) -> None:
+    checks = opt.open_registry().verify(refs or [])
+    ok = all(c.ok for c in checks)
+    if as_json:
+        opt.emit_json({"ok": ok, "checkpoints": [c.__dict__ for c in checks]})
+    else:
+        for c in checks:
+            typer.echo(_verify_line(c))
+    if not ok:
+        raise typer.Exit(1)
+
+
+def _verify_line(c) -> str:
+    """`ok  ID  (aliases; N files, X MB)` or `CHANGED  ID  file: what; file: what`."""
+    if not c.ok:
+        return f"CHANGED  {c.id or c.ref}  {c.path}: " + "; ".join(c.problems)
+    note = "" if c.recorded else "; no manifest: checked against its pre-manifest id"
+    names = f"{','.join(c.aliases)}; " if c.aliases else ""
+    return f"ok       {c.id}  ({names}{c.files} files, {c.bytes / 1e6:.1f} MB, {c.seconds:.2f} s{note})"

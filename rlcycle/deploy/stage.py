@@ -16,6 +16,9 @@ Rules:
   `Authorization: Bearer $<hook_api_key_env>` when that names a variable) runs after the
   aliases moved; if it fails, the aliases are moved back and that is recorded too. For vLLM:
   `--hook 'rlcycle deploy-vllm --url http://host:8000'` (deploy/vllm.py);
+- the checkpoint about to be served is re-hashed in full first (deploy: the registry's copy,
+  rollback: `previous`; rlcycle/policy/manifest.py): a file that changed since it was made
+  refuses the deploy or rollback (exit 2) before any alias moves;
 - rollback: `production` = `previous` and back; with a hook (`rlcycle rollback --hook ...`) the
   hook is called as above for the checkpoint rolled back to, and a failing hook undoes it.
 """
@@ -32,7 +35,7 @@ from typing import Any
 from rlcycle.config import cfg, check_range
 from rlcycle.deploy.hooks import call_hook
 from rlcycle.errors import EXIT_GATE_REFUSED, InputError, RlcycleError
-from rlcycle.policy.registry import Entry, Registry, actor
+from rlcycle.policy.registry import Entry, Registry, actor, verify_checkpoint
 from rlcycle.stage import Outcome, RunLayout, StageContext, checkpoint_key
 
 
@@ -143,7 +146,9 @@ def run(
     verdict = load_verdict(verdict_path)
     api_key = config.hook_api_key() if config.hook else None  # before anything moves
     with reg.locked():
-        cid = reg.add(checkpoint)
+        # Full re-hash of what will be served (the registry's copy): a changed file stops the
+        # deploy here, before any alias moves (CheckpointChanged, exit 2).
+        cid = reg.add(checkpoint, full=True)
         decision = _check_verdict(verdict, verdict_path, cid, config.force)
         forced = config.force and decision != "accept"
         before = reg.state()
@@ -234,6 +239,7 @@ def rollback(
             )
         before = reg.state()
         back, current = old["previous"], old[alias]
+        verify_checkpoint(reg.ckpts / back, full=True, expected_id=back)  # before anything moves
         new = dict(old, **{alias: back, "previous": current})
         reg.commit(new, Entry("rollback", alias, back, current, None, None, actor(), note), {})
         if hook:

@@ -473,6 +473,10 @@ def update_rule(forced: Forced, name: str, report: Report, refs: dict[str, tuple
 def run(args: HookOptions) -> Report:
     """Load, check, then unload the old adapters (pass) or the new one (fail). See the docstring."""
     ckpt, cid = _checkpoint(args)
+    # Re-hash every file before the server is touched: load nothing that changed since it was made.
+    from rlcycle.policy.registry import verify_checkpoint
+
+    verify_checkpoint(ckpt, full=True, expected_id=cid)
     adapter = ckpt / "adapter"
     if not (adapter / "adapter_config.json").is_file():
         raise InputError(

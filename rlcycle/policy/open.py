@@ -156,10 +156,11 @@ def locate(ref: str | Path, registry: Any = None) -> Located:
     kind = kind_of(text)
     if kind != CHECKPOINT:
         return Located(kind, text)
-    from rlcycle.policy.registry import checkpoint_dir, checkpoint_id
+    from rlcycle.policy.registry import checkpoint_dir, verify_checkpoint
 
     path = checkpoint_dir(text, registry).resolve()
-    return Located(CHECKPOINT, str(path), path, checkpoint_id(path))
+    verified = verify_checkpoint(path, full=False)  # sizes and mtimes; a moved file is re-hashed
+    return Located(CHECKPOINT, str(path), path, verified.id)
 
 
 def open_checkpoint(ref: str | Path, registry: Any = None, what: str = "policy") -> Located:
@@ -278,7 +279,7 @@ def _identified(policy: Any, ref: str, config: PolicyConfig, where: str) -> Open
     except BaseException:
         policy.close()
         raise
-    key = f"{policy.name}@{policy.served_identity}" if policy.served_identity else None
+    key = server_run_key(policy)
     spec = PolicySpec(ref, config.tokenizer)
     if where == "ray":
         policy.close()
@@ -313,9 +314,8 @@ def _opened_object(policy: Any, config: PolicyConfig, where: str) -> OpenedPolic
     if hasattr(policy, "identify"):  # an HTTPPolicy: named by what it serves
         policy.identify()
     name = str(getattr(policy, "name", type(policy).__name__))
-    identity = getattr(policy, "served_identity", None)
     spec = PolicySpec(None, config.tokenizer, policy, _renderer(policy, config.tokenizer, name))
-    key = f"{name}@{identity}" if identity else None
+    key = server_run_key(policy)
     return OpenedPolicy(spec, name, getattr(policy, "checkpoint_id", None), None, key, config.tokenizer)
 
 
@@ -330,6 +330,13 @@ def resolve_dtype(dtype: str, device: str = "auto") -> str:
     from rlcycle.policy.hf import pick_device, pick_dtype
 
     return str(pick_dtype(dtype, pick_device(device))).removeprefix("torch.")
+
+
+def server_run_key(policy: Any) -> str | None:
+    """`<policy_version>@<served identity>` for an identified server (None for anything else):
+    run and event ids differ when something else answers behind the same URL."""
+    identity = getattr(policy, "served_identity", None)
+    return f"{policy.name}@{identity}" if identity else None
 
 
 def dtype_run_key(name: str, dtype: str) -> str | None:

@@ -4,7 +4,8 @@ Layout of a registry directory (the caller names it: `Registry(root)`; the CLI's
 `$RLCYCLE_HOME/registry`, RLCYCLE_HOME defaulting to ~/.rlcycle, resolved in rlcycle/cli/options.py;
 a cycle's is `<registry_home>/registry`):
 
-    checkpoints/<id>/     an HF checkpoint (loadable as is) + rlcycle.json; never modified
+    checkpoints/<id>/     an HF checkpoint (loadable as is) + rlcycle.json + rlcycle.manifest.json;
+                          never modified (a damaged copy is replaced whole by `add`)
     state.json            {"seq", "aliases": {name: id}, "canary": {...}, "last": <entry>}
     deployments.arrow     history, one row per promotion/rollback (the `deployments` contract)
     .lock                 rlcycle.io.FileLock: one writer at a time
@@ -21,8 +22,15 @@ Opening the registry removes every such dot-entry under `checkpoints/`, and does
 holding `.lock`: temps are only made by `add`, which runs under that lock, and the kernel drops
 a dead holder's lock, so a temp seen while we hold the lock has no live writer.
 
-A checkpoint's id is `rlcycle.json`'s `id` when present (train writes a content hash there),
-else `sha256:` + the sha256 of its files (names and bytes, sorted; `rlcycle.digest`).
+A checkpoint's id is its content id: `sha256:` over the hashes of every file that changes what
+it does (weights, configs, tokenizer, chat template, adapter; not rlcycle's metadata), recorded
+with each file's size and mtime in its manifest `rlcycle.manifest.json` (rlcycle/policy/manifest.py
+says which files count and how the id is spelled). init-model and train write the manifest; `add`
+checks a checkpoint against it (cheap: re-hashing only files whose size or mtime moved), and
+writes one into the registry's copy of a checkpoint that has none. `verify_checkpoint(path,
+full=True)` re-hashes everything: deploy and rollback run it on what they are about to serve,
+`rlcycle registry verify` on every checkpoint. A checkpoint made before manifests keeps the id
+it had (rlcycle.json's, or the registry's hash of its files) once its bytes are checked against it.
 """
 
 from __future__ import annotations
@@ -39,25 +47,37 @@ from typing import Any
 
 import pyarrow as pa
 
-from rlcycle import digest
 from rlcycle import io as rio
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.faults import crash_point
+from rlcycle.policy import manifest as M
+from rlcycle.policy.manifest import CheckpointChanged, Verified
 from rlcycle.schema import DEPLOYMENTS
+
+__all__ = ["Check", "CheckpointChanged", "Registry", "Verified", "checkpoint_dir", "checkpoint_id", "verify_checkpoint"]
 
 
 def checkpoint_id(path: str | Path) -> str:
-    """The content id of a checkpoint directory."""
+    """The id of a checkpoint directory, as recorded (rlcycle.json's, else its manifest's);
+    computed from its files (a full read) when neither records one. The two agree in every
+    checkpoint rlcycle makes; where they do not, `verify_checkpoint` refuses it. Does not verify."""
     p = Path(path)
-    meta = p / "rlcycle.json"
-    if meta.exists():
-        try:
-            found = json.loads(meta.read_text()).get("id")
-        except json.JSONDecodeError:
-            raise InputError(f"{meta}: not valid JSON", hint="the checkpoint's lineage file is damaged") from None
-        if found:
-            return str(found)
-    return digest.checkpoint_id_of(digest.tree_sha256(p))
+    stated = M.stated_id(p)
+    if stated:
+        return stated
+    recorded = M.read_manifest(p)
+    return recorded.id if recorded is not None else M.content_id(p)
+
+
+def verify_checkpoint(path: str | Path, full: bool = False, expected_id: str | None = None) -> Verified:
+    """Check a checkpoint's files against its manifest; raise CheckpointChanged (an InputError
+    naming the checkpoint and each changed, missing or unexpected file) when they differ.
+
+    `full=False` (opening it to train or sample): sizes and mtimes, re-hashing only files whose
+    mtime moved. `full=True` (before serving; `rlcycle registry verify`): re-hash every file and
+    recompute the id. `expected_id`: the id the caller knows it by (a registry copy's directory
+    name is checked anyway). Returns what was checked (`Verified`: id, files, bytes, rehashed)."""
+    return M.verify(path, full=full, expected_id=expected_id)
 
 
 def checkpoint_dir(ref: str, registry: Registry | str | Path | None) -> Path:
@@ -74,6 +94,22 @@ def checkpoint_dir(ref: str, registry: Registry | str | Path | None) -> Path:
         )
     reg = registry if isinstance(registry, Registry) else Registry(registry, readonly=True)
     return reg.resolve(ref)  # raises a clear error naming the known aliases
+
+
+@dataclass
+class Check:
+    """What `Registry.verify` found for one checkpoint (`rlcycle registry verify` prints it)."""
+
+    ref: str
+    path: str
+    id: str | None
+    ok: bool
+    problems: list[str]  # one per changed, missing or unexpected file (or id that disagrees)
+    aliases: list[str]
+    files: int = 0
+    bytes: int = 0
+    recorded: bool = True  # False: no manifest (made before them), checked against its stated id
+    seconds: float = 0.0
 
 
 @dataclass
@@ -169,6 +205,26 @@ class Registry:
             )
         return out
 
+    def verify(self, refs: list[str] | tuple[str, ...] = ()) -> list[Check]:
+        """Re-hash every file of the checkpoints `refs` name (aliases, ids or directories; none:
+        every stored checkpoint) against their manifests and ids: one Check each. A ref that
+        names nothing raises InputError before anything is hashed."""
+        aliases = self.aliases()
+        if refs:
+            targets = [(ref, self.resolve(ref)) for ref in refs]
+        else:
+            targets = [(c["id"], Path(c["path"])) for c in self.checkpoints()]
+        out = []
+        for ref, path in targets:
+            names = sorted(a for a, i in aliases.items() if self.ckpts / i == path)
+            try:
+                v = verify_checkpoint(path, full=True)
+            except CheckpointChanged as e:
+                out.append(Check(ref, str(path), e.checkpoint_id, False, e.problems, names))
+                continue
+            out.append(Check(ref, str(path), v.id, True, [], names, v.files, v.bytes, v.recorded, v.seconds))
+        return out
+
     def history(self) -> pa.Table:
         path = self.root / "deployments.arrow"
         if not path.exists():
@@ -183,20 +239,40 @@ class Registry:
             self._repair_history()
             yield self
 
-    def add(self, src: str | Path) -> str:
-        """Copy a checkpoint in (idempotent); returns its id. Call under `locked()`."""
+    def add(self, src: str | Path, full: bool = False) -> str:
+        """Copy a checkpoint in (idempotent); returns its id. Call under `locked()`.
+
+        The source is verified first (`full`: every file re-hashed, as deploy asks for what it
+        will serve; else the cheap check); when the id is stored already, that stored copy is
+        verified too, since it is what gets served, and replaced by the source if it was damaged.
+        A source without a manifest is hashed whole and its copy gets one. Raises
+        CheckpointChanged, leaving the registry as it was."""
         src = Path(src)
         if not src.is_dir():
             raise InputError(f"{src}: not a checkpoint directory")
         if not any(src.glob("config.json")):
             raise InputError(f"{src}: no config.json — not an HF checkpoint", hint="pass the directory train wrote")
-        cid = checkpoint_id(src)
-        if self.stored_id(cid) is not None:
-            return cid
-        with rio.atomic_dir(self.ckpts / cid) as tmp:
+        checked = verify_checkpoint(src)  # without a manifest this hashes every file anyway
+        stored = self.stored_id(checked.id)
+        if stored is not None and (self.ckpts / stored).resolve() == src.resolve():
+            return verify_checkpoint(src, full=full).id  # src is the registry's copy
+        if stored is not None:
+            try:
+                return verify_checkpoint(self.ckpts / stored, full=full).id
+            except CheckpointChanged:
+                pass  # a damaged registry copy: the source, once verified, replaces it below
+        if full and checked.recorded:
+            checked = verify_checkpoint(src, full=True)
+        with rio.atomic_dir(self.ckpts / checked.id) as tmp:
             shutil.copytree(src, tmp, dirs_exist_ok=True, copy_function=_copy_file)
             crash_point("copied")
-        return cid
+            # The manifest as the source was checked (the same hashes, the mtimes it has now, which
+            # copy2 kept): a source without one gets one, a `cp`'d one its own mtimes back.
+            M.write_manifest(tmp, checked.manifest)
+            # Cheap, as the copy kept the source's mtimes: a file that changed between the check
+            # above and its copy has another mtime, is re-hashed here, and stops the add.
+            verify_checkpoint(tmp, expected_id=checked.id)
+        return checked.id
 
     def commit(self, aliases: dict[str, str], entry: Entry, canary: dict[str, Any] | None = None) -> None:
         """Atomically replace the state (the commit point), then append the history row."""

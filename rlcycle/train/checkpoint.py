@@ -4,8 +4,9 @@ A checkpoint directory is what `transformers.AutoModelForCausalLM.from_pretraine
 is (config.json, model*.safetensors, generation_config.json) plus its tokenizer files, copied
 byte for byte from the base, and `rlcycle.json`:
 
-    id        content hash of the weights: "sha256:" + sha256 over the *.safetensors files,
-              in name order (for one model.safetensors: its sha256, as init-model writes)
+    id        the content id: "sha256:" over the hashes of every file of the checkpoint but
+              rlcycle's metadata (weights, adapter, configs, tokenizer; rlcycle/policy/manifest.py),
+              the same function init-model and the registry use
     parent    the base's id: its rlcycle.json id, else the registry's hash of its files
     lineage   the ids from the first ancestor to this one (the policy-version order staleness uses)
     data      [{path, sha256}] of the examples files
@@ -16,8 +17,10 @@ byte for byte from the base, and `rlcycle.json`:
               adapter_model.safetensors + adapter_config.json (peft's format; docs/lora.md)
     created   RFC 3339 UTC
 
-The directory appears whole or not at all: it is written under a temp name beside OUT and
-renamed (`rlcycle.io.atomic_dir`); rlcycle.json is its last file.
+`rlcycle.manifest.json` lists each of those files' size, mtime and sha256 (what opening and
+deploying the checkpoint verify it against). The directory appears whole or not at all: it is
+written under a temp name beside OUT and renamed (`rlcycle.io.atomic_dir`); the manifest comes
+after the model files, and rlcycle.json is its last file.
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from rlcycle import digest
 from rlcycle import io as rio
 from rlcycle.errors import InputError
+from rlcycle.policy import manifest
 
 RLCYCLE_JSON = "rlcycle.json"
 FORMAT = "rlcycle.checkpoint/1"
@@ -66,11 +69,8 @@ def weight_files(path: Path) -> list[Path]:
 
 
 def content_id(path: str | Path) -> str:
-    """`sha256:` + the sha256 of the weight files' bytes, concatenated in name order.
-
-    For the usual single model.safetensors this is the file's sha256, the id init-model writes.
-    """
-    return digest.checkpoint_id_of(digest.files_sha256((None, f) for f in weight_files(Path(path))))
+    """The content id of a checkpoint directory's files, hashed now (rlcycle/policy/manifest.py)."""
+    return manifest.content_id(path)
 
 
 def checkpoint_id(path: str | Path) -> str:
@@ -161,7 +161,7 @@ def write_checkpoint(
             shutil.move(str(src), tmp / name)
         for f in tmp.rglob("*"):  # temp-file helpers create 0600 files; a checkpoint is shared
             f.chmod(0o755 if f.is_dir() else 0o644)
-        ckpt_id = content_id(tmp)
+        ckpt_id = manifest.write_manifest(tmp).id  # after every model file, before rlcycle.json
         lineage = list(base.lineage) + ([] if ckpt_id == base.lineage[-1] else [ckpt_id])
         doc = {
             "format": FORMAT,
