@@ -171,6 +171,7 @@ def test_an_alias_is_served_by_its_adapter_once_loaded(vllm, tmp_path):
 
     from rlcycle.errors import RlcycleError
     from rlcycle.policy.http import HTTPPolicyConfig
+    from rlcycle.policy.manifest import write_manifest
     from rlcycle.policy.registry import Entry, Registry
 
     lora = tmp_path / "lora"
@@ -183,7 +184,7 @@ def test_an_alias_is_served_by_its_adapter_once_loaded(vllm, tmp_path):
             p.data.normal_(0, 0.5)
     pm.save_pretrained(lora / "adapter")
     meta = json.loads((lora / "rlcycle.json").read_text())
-    meta["id"] = "sha256:" + "ab" * 32  # its own checkpoint id
+    meta["id"] = write_manifest(lora).id  # its own checkpoint id: the adapter is part of it
     (lora / "rlcycle.json").write_text(json.dumps(meta))
     root = Path(os.environ["RLCYCLE_HOME"]) / "registry"
     reg = Registry(root)
