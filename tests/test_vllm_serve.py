@@ -13,15 +13,22 @@ import pytest
 
 from rlcycle.errors import InputError
 from rlcycle.policy import vllm_serve
-from rlcycle.policy.manifest import content_id
+from rlcycle.policy.manifest import write_manifest
+from rlcycle.policy.registry import checkpoint_id
 from rlcycle.policy.served import adapter_name, short_id
 from rlcycle.policy.vllm_serve import Target, VllmServeConfig, command, target_for
 
 
-def _model_dir(path, cid, meta=None):
+def _model_dir(path, meta=None, adapter=False):
+    """A stand-in checkpoint as rlcycle writes one: files, a manifest, rlcycle.json naming its
+    content id (opening it verifies them). Its id is `checkpoint_id(path)`."""
     path.mkdir(parents=True)
-    (path / "config.json").write_text("{}")
-    (path / "rlcycle.json").write_text(json.dumps({"id": cid, **(meta or {})}))
+    (path / "config.json").write_text(json.dumps({"name": path.name}))
+    if adapter:
+        (path / "adapter").mkdir()
+        (path / "adapter" / "adapter_config.json").write_text("{}")
+    manifest = write_manifest(path)
+    (path / "rlcycle.json").write_text(json.dumps({"id": manifest.id, **(meta or {})}))
     return path
 
 
@@ -75,30 +82,28 @@ def test_kv_cache_is_sized_for_the_machine():
 
 
 def test_a_lora_checkpoint_is_served_as_its_base_plus_its_adapter(tmp_path):
-    base = _model_dir(tmp_path / "base", "sha256:" + "b" * 64)
-    cid = "sha256:" + "c" * 64
-    ckpt = _model_dir(tmp_path / "ckpt", cid, {"adapter": {"dir": "adapter", "base": {"id": "x", "path": str(base)}}})
-    (ckpt / "adapter").mkdir()
+    base = _model_dir(tmp_path / "base")
+    meta = {"adapter": {"dir": "adapter", "base": {"id": "x", "path": str(base)}}}
+    ckpt = _model_dir(tmp_path / "ckpt", meta, adapter=True)
+    cid = checkpoint_id(ckpt)
     t = target_for(ckpt)
     assert t.base == base.resolve() and t.name == "base" and t.checkpoint_id == cid
     assert t.adapters == {adapter_name(cid): ckpt.resolve() / "adapter"}
-    assert adapter_name(cid) == "rlcycle-" + "c" * 12 == "rlcycle-" + short_id(cid)
+    assert adapter_name(cid) == "rlcycle-" + cid.removeprefix("sha256:")[:12] == "rlcycle-" + short_id(cid)
     full = target_for(base, name="prod")
     assert full.base == base.resolve() and full.adapters == {} and full.name == "prod"
 
 
 def test_an_adapter_without_its_base_is_a_clear_error(tmp_path):
-    ckpt = _model_dir(tmp_path / "ckpt", "sha256:" + "d" * 64, {"adapter": {"base": {"path": str(tmp_path / "gone")}}})
-    (ckpt / "adapter").mkdir()
+    ckpt = _model_dir(tmp_path / "ckpt", {"adapter": {"base": {"path": str(tmp_path / "gone")}}}, adapter=True)
     with pytest.raises(InputError, match="adapter's base") as e:
         target_for(ckpt)
     assert "rlcycle serve" in e.value.hint
 
 
 def test_a_registry_alias_is_resolved(tmp_path, cli):
-    base = _model_dir(tmp_path / "base", "sha256:" + "e" * 64)
-    cid = content_id(base)  # registering checks the stated id against the files: the real one
-    (base / "rlcycle.json").write_text(json.dumps({"id": cid}))
+    base = _model_dir(tmp_path / "base")
+    cid = checkpoint_id(base)
     assert cli(["registry", "add", str(base), "--alias", "production"]).exit_code == 0
     import os
 
