@@ -1,7 +1,16 @@
-"""Shared fixtures: a temp RLCYCLE_HOME per test, the CLI runner, and the Docker engine.
+"""Shared fixtures: a temp RLCYCLE_HOME per test, the CLI runner, the Docker engine, the vLLM;
+and the one place where tests get the markers of what they need.
 
-Docker tests must *run* in CI: when CI is set and no engine answers, they fail; elsewhere they
-skip with the reason printed (README.md, "Development").
+Docker and vLLM tests must *run* in CI: when CI is set and no engine answers (or no vLLM can
+start), they fail; elsewhere they skip with the reason printed (README.md, "Development"). The
+same holds for peft and ray (tests/optional.py).
+
+Markers (pyproject.toml lists them; `--strict-markers` refuses others): `docker`, `vllm`, `ray`,
+`clients` (the agent frameworks' venvs) and `slow`. `pytest_collection_modifyitems` below sets
+them from the fixtures a test uses (FIXTURE_MARKS), its module (MODULE_MARKS) and the slow list
+(SLOW), on top of the `pytest.mark.*` some modules carry themselves. `bash scripts/dev.sh test
+--fast` runs `-m "not docker and not vllm and not ray and not clients and not slow"`; CI runs
+everything.
 """
 
 from __future__ import annotations
@@ -186,3 +195,37 @@ def vllm(tmp_path_factory):
         yield RealVllm(server, Path(base))
     finally:
         server.stop()
+
+
+# --- markers: what a test needs, set in one place ---------------------------------------------
+
+FIXTURE_MARKS = {"docker_client": "docker", "vllm": "vllm"}  # a test using the fixture needs it
+MODULE_MARKS = {  # modules that need a thing without asking for its fixture
+    "test_rollout_ray": ("ray", "docker"),
+    "test_gateway_clients": ("clients",),  # pinned agent frameworks in venvs of their own
+    "test_vllm_upstream": ("vllm",),  # starts (and kills) a vLLM of its own
+}
+# Tests that need none of the above but take more than ~5 s on 2 cores (`--durations`): left to
+# the full tier. Each module keeps one quick test of the same behaviour in the fast tier.
+SLOW = {
+    "test_module.py": ("test_name",),
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    seen: dict[str, set[str]] = {}
+    for item in items:
+        module = item.path.name
+        name = getattr(item, "originalname", item.name)
+        seen.setdefault(module, set()).add(name)
+        for fixture, mark in FIXTURE_MARKS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(mark)
+        for mark in MODULE_MARKS.get(item.path.stem, ()):
+            item.add_marker(mark)
+        if name in SLOW.get(module, ()):
+            item.add_marker("slow")
+    stale = [f"{m}::{n}" for m, names in SLOW.items() if m in seen for n in names if n not in seen[m]]
+    if stale and not any("::" in a for a in config.args):  # a module collected whole lacks them
+        raise pytest.UsageError(f"tests/conftest.py SLOW names tests that do not exist: {stale}")

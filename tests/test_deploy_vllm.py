@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from optional import require
 from train_data import make_base, make_rows, write_examples
 
 from rlcycle.cli.options import registry_dir
@@ -29,7 +30,7 @@ from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 from rlcycle.policy.registry import Registry
 from rlcycle.policy.serve import PolicyServer, ServeConfig
 
-pytest.importorskip("peft")
+require("peft")
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "serve-s3cret"
