@@ -1,9 +1,9 @@
-"""The test tiers: the fast tier's marker expression, and optional packages under CI.
+"""The test tiers: the fast tier's marker expression, CI's full tier, optional packages under CI.
 
-In: scripts/dev.sh's FAST_MARKERS, pyproject.toml's registered markers, tests/optional.py.
+In: scripts/dev.sh's FAST_MARKERS, .ci/run, pyproject.toml's pytest settings, tests/optional.py.
 Out: `dev.sh test --fast` deselects exactly the registered markers (pytest does not check the
-names in `-m`: a typo there would silently run everything); peft or ray missing fails under
-CI=1 and skips with the install command elsewhere.
+names in `-m`: a typo there would silently run everything); CI filters nothing out; peft or ray
+missing fails under CI=1 and skips with the install command elsewhere.
 """
 
 from __future__ import annotations
@@ -49,3 +49,11 @@ def test_a_missing_package_skips_with_the_install_command_elsewhere(monkeypatch)
     with pytest.raises(pytest.skip.Exception, match=r"ray is not installed .*pip install -e '\.\[ray\]'"):
         monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
         require("ray")
+
+
+def test_ci_runs_the_full_tier():
+    """CI (.ci/run) runs `dev.sh test` with no marker filter: the fast tier is a subset, never CI's."""
+    ci = [x for x in (REPO / ".ci" / "run").read_text().splitlines() if x and not x.startswith("#")]
+    assert ci[-1] == "exec bash scripts/dev.sh test"
+    ini = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "-m" not in ini["addopts"].split()
