@@ -58,6 +58,7 @@ def ensure_log(n_events: int, root: Path) -> Path:
             str(out),
         ],
         check=True,
+        stdout=sys.stderr,  # its summary is progress here: stdout holds the result alone
     )
     (out / ".complete").write_text("ok\n")
     return out
