@@ -205,10 +205,25 @@ MODULE_MARKS = {  # modules that need a thing without asking for its fixture
     "test_gateway_clients": ("clients",),  # pinned agent frameworks in venvs of their own
     "test_vllm_upstream": ("vllm",),  # starts (and kills) a vLLM of its own
 }
-# Tests that need none of the above but take more than ~5 s on 2 cores (`--durations`): left to
-# the full tier. Each module keeps one quick test of the same behaviour in the fast tier.
+# Tests that need none of the above but took over 5 s each on 2 shared cores (`--durations`,
+# 2026-12-06): left to the full tier. Their modules keep quick tests in the fast tier.
 SLOW = {
-    "test_module.py": ("test_name",),
+    # each starts `rlcycle serve --enable-lora` and deploys through the hook (10-22 s); the fast
+    # tier keeps the runtime LoRA contract, adapter routing, refusals and the bearer-key hook
+    "test_deploy_vllm.py": (
+        "test_the_probe_sends_no_echo_and_tells_the_right_adapter_from_another",
+        "test_deploy_v1_then_v2_loads_each_under_its_own_name",
+        "test_the_next_cycles_adapter_deploys_onto_the_same_base",
+        "test_rollback_with_the_hook_serves_the_previous_adapter_again",
+        "test_server_answering_with_the_previous_adapter_is_caught_and_rolled_back",
+        "test_adapter_that_does_not_match_the_merged_weights_fails",
+        "test_hook_standalone_reports_json_and_warns_when_the_probe_cannot_separate",
+        "test_relative_rule_fails_a_server_still_on_the_base_that_a_loose_tolerance_passes",
+        "test_relative_rule_passes_the_right_adapter_and_names_the_references",
+        "test_relative_rule_fails_the_previous_adapter_under_the_new_name",
+    ),
+    # builds SmolLM2-135M's shape to print the plan (53 s); the reward-spec checks stay fast
+    "test_smollm2_experiment.py": ("test_the_smollm2_plan_resolves_every_run",),
 }
 
 
