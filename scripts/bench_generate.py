@@ -28,7 +28,6 @@ from __future__ import annotations
 import time
 
 import benchkit
-import torch
 
 TASKS = [
     "Fix the off-by-one error in utils/pagination.py",
@@ -44,6 +43,7 @@ TASKS = [
 
 def build(size: str, seed: int, device: str, model_dir: str | None = None):
     """(model float32, tokenizer): a checkpoint directory, or the random model of `size`."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlcycle.model_init import DEFAULT_TOKENIZER, InitModelConfig, build_model
@@ -78,6 +78,8 @@ def run_rlcycle(policy, prompts, new_tokens: int) -> float:
 
 
 def run_generate_single(model, prompts, new_tokens: int) -> float:
+    import torch
+
     n = 0
     t = time.perf_counter()
     with torch.inference_mode():
@@ -99,6 +101,8 @@ def run_generate_single(model, prompts, new_tokens: int) -> float:
 
 
 def run_generate_batched(model, prompts, new_tokens: int) -> float:
+    import torch
+
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), PAD, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -150,6 +154,8 @@ def rlcycle_turn(policy):
 
 
 def generate_turn(model):
+    import torch
+
     def gen(convs, new_tokens):
         outs = []
         with torch.inference_mode():
@@ -194,6 +200,8 @@ def parse_args():
 
 def main() -> None:
     args = parse_args()
+    import torch  # after parsing, so `--help` does not pay for it
+
     torch.set_num_threads(args.threads)
     from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 

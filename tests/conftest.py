@@ -208,9 +208,11 @@ MODULE_MARKS = {  # modules that need a thing without asking for its fixture
 # Tests that need none of the above but took over 5 s each on 2 shared cores (`--durations`,
 # 2026-12-06): left to the full tier. Their modules keep quick tests in the fast tier.
 SLOW = {
-    # each starts `rlcycle serve --enable-lora` and deploys through the hook (10-22 s); the fast
-    # tier keeps the runtime LoRA contract, adapter routing, refusals and the bearer-key hook
+    # each starts `rlcycle serve --enable-lora` (4 s) and most deploy through the hook (10-22 s);
+    # the fast tier keeps the runtime LoRA contract, adapter routing and the bearer-key hook
     "test_deploy_vllm.py": (
+        "test_checkpoint_without_adapter_says_how_to_serve_it",
+        "test_wrong_key_is_refused_and_changes_nothing",
         "test_the_probe_sends_no_echo_and_tells_the_right_adapter_from_another",
         "test_deploy_v1_then_v2_loads_each_under_its_own_name",
         "test_the_next_cycles_adapter_deploys_onto_the_same_base",
@@ -224,6 +226,10 @@ SLOW = {
     ),
     # builds SmolLM2-135M's shape to print the plan (53 s); the reward-spec checks stay fast
     "test_smollm2_experiment.py": ("test_the_smollm2_plan_resolves_every_run",),
+    # `rlcycle serve` in a subprocess (6 s); the HTTP backend's tests on an in-process server stay
+    "test_policy_http.py": ("test_serve_command_end_to_end",),
+    # trains through the CLI (6 s); the shared-prefix loss and the warm start's units stay
+    "test_warm_start.py": ("test_cli_batched_cosine_warm_start",),
 }
 
 
