@@ -4,7 +4,8 @@
 setup:
     bash scripts/dev.sh setup
 
-# run the tests (starts the Docker engine and builds the sandbox image if needed)
+# run the tests (starts the Docker engine and builds the sandbox image if needed);
+# `just test --fast`: only the tests that need no Docker, vLLM, Ray or agent frameworks, and installs none
 test *ARGS:
     bash scripts/dev.sh test {{ARGS}}
 
@@ -12,7 +13,7 @@ test *ARGS:
 lint:
     bash scripts/dev.sh lint
 
-# run every scripts/bench_*.py
+# run every scripts/bench_*.py; only the options they share pass: `just bench --runs 3 --json`
 bench *ARGS:
     bash scripts/dev.sh bench {{ARGS}}
 

@@ -6,25 +6,26 @@ and cached under bench_data/):
   (parse only: no validation, dedupe, join or output);
 - collect: the real CLI, `python -m rlcycle collect DIR -o OUT.arrow` (parse, validate, dedupe,
   partition, join, redact, write).
-Each runs in its own subprocess, `--runs` times; the table shows medians of wall time, events/s,
-MB/s and peak RSS (the process's max resident set, from wait4). Targets (issue #2): collect at
-least 0.5x the baseline's throughput, and collect's peak RSS flat as the input grows.
+Each runs in its own subprocess, `--runs` times, interleaved. Per size, two tables
+(scripts/benchkit.py): events/s (ratio = collect / the bare parse) and peak RSS (the process's
+max resident set, from wait4); medians, min and max. Targets (issue #2): collect at least 0.5x
+the baseline's throughput, and collect's peak RSS flat as the input grows.
 
     .venv/bin/python scripts/bench_collect.py                    # 1M and 5M events, 3 runs
     .venv/bin/python scripts/bench_collect.py --sizes 200000 --runs 1   # a quick look
+    .venv/bin/python scripts/bench_collect.py --json             # one JSON object
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import benchkit
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,80 +58,79 @@ def ensure_log(n_events: int, root: Path) -> Path:
             str(out),
         ],
         check=True,
+        stdout=sys.stderr,  # its summary is progress here: stdout holds the result alone
     )
     (out / ".complete").write_text("ok\n")
     return out
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in MB, stdout) of one subprocess."""
-    start = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        out.seek(0)
-        text = out.read().decode()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd[:4])} ...")
-    return wall, usage.ru_maxrss / 1024, text
+def checked(cmd: list[str]) -> benchkit.Process:
+    """One subprocess through the harness; a failure stops the bench."""
+    proc = benchkit.run_process(cmd)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd[:4])} ...\n{proc.stderr[-2000:]}")
+    return proc
 
 
 def bench_size(n_events: int, root: Path, runs: int) -> dict:
+    """`runs` interleaved bare parses and collects of one log: their processes and the log's size."""
     log = ensure_log(n_events, root)
     files = sorted(str(p) for p in log.glob("events-*.jsonl"))
-    size = sum(os.path.getsize(f) for f in files)
     base, coll = [], []
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         out = Path(tmp) / "trajectories.arrow"
-        for _ in range(runs):
-            base.append(timed([sys.executable, "-c", BASELINE, *files]))
+        for k in range(runs):
+            base.append(checked([sys.executable, "-c", BASELINE, *files]))
             coll.append(
-                timed([sys.executable, "-m", "rlcycle", "collect", str(log), "-o", str(out), "--quiet", "--json"])
+                checked([sys.executable, "-m", "rlcycle", "collect", str(log), "-o", str(out), "--quiet", "--json"])
             )
-        summary = json.loads(coll[-1][2])
-    parsed = int(base[-1][2])
-    b_wall = statistics.median(w for w, _, _ in base)
-    c_wall = statistics.median(w for w, _, _ in coll)
+            benchkit.progress(
+                f"bench_collect: {n_events:,} events, run {k + 1}: parse {base[-1].seconds:.1f} s, collect {coll[-1].seconds:.1f} s"
+            )
+    summary = json.loads(coll[-1].stdout)
     return {
-        "events": parsed,
-        "mb": size / 1e6,
-        "baseline_s": b_wall,
-        "collect_s": c_wall,
-        "baseline_ev_s": parsed / b_wall,
-        "collect_ev_s": parsed / c_wall,
-        "baseline_rss_mb": statistics.median(r for _, r, _ in base),
-        "collect_rss_mb": statistics.median(r for _, r, _ in coll),
-        "ratio": b_wall / c_wall,
+        "events": int(base[-1].stdout),
+        "mb": sum(os.path.getsize(f) for f in files) / 1e6,
+        "base": base,
+        "collect": coll,
         "samples_out": summary["samples_out"],
         "partitions": summary["partitions"],
     }
 
 
+def tables(r: dict) -> list[benchkit.Table]:
+    """events/s and peak RSS of the two sides for one log size."""
+    sides = {"bare parse (baseline)": r["base"], "rlcycle collect": r["collect"]}
+    title = f"{r['events']:,} events ({r['mb']:.0f} MB)"
+    speed = benchkit.Table(
+        f"{title}: throughput",
+        "events/s",
+        baseline="bare parse (baseline)",
+        samples={k: [r["events"] / p.seconds for p in v] for k, v in sides.items()},
+    )
+    rss = benchkit.Table(
+        f"{title}: peak RSS",
+        "MB",
+        baseline="bare parse (baseline)",
+        samples={k: [p.rss_mb for p in v] for k, v in sides.items()},
+        higher_is_better=False,
+    )
+    return [speed, rss]
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = benchkit.parser(__doc__, runs=3, runs_help="runs per measurement")
     ap.add_argument("--sizes", default="1000000,5000000", help="comma-separated event counts")
-    ap.add_argument("--runs", type=int, default=3, help="runs per measurement; medians are reported")
     ap.add_argument("--data", type=Path, default=REPO / "bench_data", help="where generated logs are cached")
     args = ap.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     rows = [bench_size(int(s), args.data, args.runs) for s in args.sizes.split(",")]
-    print(
-        f"{'events':>10} {'MB':>8} | {'parse s':>8} {'ev/s':>10} {'MB/s':>7} {'RSS MB':>7} | "
-        f"{'collect s':>9} {'ev/s':>10} {'MB/s':>7} {'RSS MB':>7} | {'ratio':>5}"
-    )
-    for r in rows:
-        print(
-            f"{r['events']:>10,} {r['mb']:>8.0f} | {r['baseline_s']:>8.1f} {r['baseline_ev_s']:>10,.0f} "
-            f"{r['mb'] / r['baseline_s']:>7.1f} {r['baseline_rss_mb']:>7.0f} | {r['collect_s']:>9.1f} "
-            f"{r['collect_ev_s']:>10,.0f} {r['mb'] / r['collect_s']:>7.1f} {r['collect_rss_mb']:>7.0f} | "
-            f"{r['ratio']:>5.2f}x"
-        )
-    print(
-        f"(medians of {args.runs} run(s); ratio = collect throughput / bare parse throughput; target >= 0.5x;"
-        " collect's peak RSS should not grow with the input)"
-    )
-    print(json.dumps(rows))
+    notes = [
+        "target: collect >= 0.5x the bare parse's events/s; collect's peak RSS should not grow with the input",
+        *(f"{r['events']:,} events: {r['samples_out']:,} samples out, {r['partitions']} partition(s)" for r in rows),
+    ]
+    extra = {"sizes": [{k: r[k] for k in ("events", "mb", "samples_out", "partitions")} for r in rows]}
+    benchkit.emit(args, "bench_collect", [t for r in rows for t in tables(r)], notes, extra)
 
 
 if __name__ == "__main__":

@@ -14,50 +14,48 @@ experiments/closed_loop/run.py, prints the same per-stage seconds for the stand-
   gate refused the candidate (exit 3: e.g. its latency gate on a busy machine), the cycle still
   finished: the table says so, and the re-run stops after the cached eval as the first did;
 - the named baseline of the same run: `python -m rlcycle --help` (interpreter + CLI start,
-  nothing else), so the re-run's own cost is visible apart from Python's start-up.
+  nothing else), `--runs` times, so the re-run's own cost is visible apart from Python's
+  start-up: the table's ratio is re-run / `--help` (scripts/benchkit.py prints it).
 
     .venv/bin/python scripts/bench_cycle.py             # ~2-3 min on 2 cores (Docker needed: eval)
-    .venv/bin/python scripts/bench_cycle.py --runs 5 --json
+    .venv/bin/python scripts/bench_cycle.py --runs 5 --json         # one JSON object
     .venv/bin/python scripts/bench_cycle.py --keep runs/bench_cycle   # keep the run dir and home
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import benchkit
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_S = 3.0
 
 
-def timed(args: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
-    """(wall seconds, the finished process) of `python -m rlcycle ARGS`."""
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "rlcycle", *args], env=env, capture_output=True, text=True)
-    return time.perf_counter() - start, proc
+def rlcycle(args: list[str], env: dict[str, str]) -> benchkit.Process:
+    """`python -m rlcycle ARGS`, timed, to the end."""
+    return benchkit.run_process([sys.executable, "-m", "rlcycle", *args], env=env)
 
 
 def cycle(run_dir: Path, env: dict[str, str]) -> tuple[float, dict]:
-    wall, proc = timed(["cycle", "--config", "demo", "--run-dir", str(run_dir), "--json", "-q"], env)
+    proc = rlcycle(["cycle", "--config", "demo", "--run-dir", str(run_dir), "--json", "-q"], env)
     if proc.returncode not in (0, 3):  # 3: the gate refused; the cycle still finished
         sys.exit(f"rlcycle cycle failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return wall, json.loads(proc.stdout)
+    return proc.seconds, json.loads(proc.stdout)
 
 
 def bench(root: Path, runs: int) -> dict:
+    """The first cycle's stages, then `runs` cached re-runs and `runs` `--help` starts."""
     env = dict(os.environ, RLCYCLE_HOME=str(root / "home"), NO_COLOR="1")
     run_dir = root / "run"
     first_wall, first = cycle(run_dir, env)
+    benchkit.progress(f"bench_cycle: first cycle {first_wall:.1f} s, decision {first['decision']}")
     stages = {s["name"]: {"status": s["status"], "seconds": s["seconds"]} for s in first["stages"]}
-    startup = first_wall - sum(s["seconds"] for s in first["stages"])
     reruns = []
     for _ in range(runs):
         wall, again = cycle(run_dir, env)
@@ -65,61 +63,40 @@ def bench(root: Path, runs: int) -> dict:
         if any(s not in ("cached", "up_to_date", "skipped") for s in statuses):
             sys.exit(f"the re-run was not cached: {statuses}")
         reruns.append(wall)
-    helps = [timed(["--help"], env)[0] for _ in range(runs)]
-    rerun = statistics.median(reruns)
+    helps = [rlcycle(["--help"], env).seconds for _ in range(runs)]
     return {
         "first": {
             "wall_s": first_wall,
-            "startup_bootstrap_s": startup,
+            "startup_bootstrap_s": first_wall - sum(s["seconds"] for s in first["stages"]),
             "stages": stages,
             "decision": first["decision"],
             "deployed": first["deployed"],
         },
-        "rerun": {
-            "median_s": rerun,
-            "runs_s": reruns,
-            "statuses": statuses,
-            "target_s": TARGET_S,
-            "ratio_to_target": rerun / TARGET_S,
-        },
-        "baseline_cli_help": {"median_s": statistics.median(helps), "runs_s": helps},
-        "cpus": os.cpu_count(),
-        "load_avg": os.getloadavg(),
+        "statuses": statuses,
+        "reruns": reruns,
+        "helps": helps,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
     }
 
 
-def render(r: dict) -> str:
-    f, rr, base = r["first"], r["rerun"], r["baseline_cli_help"]
+def first_cycle_lines(f: dict) -> list[str]:
+    """The first cycle, stage by stage (one run: no medians)."""
     lines = [
-        "rlcycle cycle --config demo (the sample data), fresh RLCYCLE_HOME and run dir",
+        "first cycle, `rlcycle cycle --config demo` (the sample data), fresh RLCYCLE_HOME and run dir:",
         f"  {'stage':<20} {'status':<10} {'seconds':>8}",
         f"  {'startup + bootstrap':<20} {'':<10} {f['startup_bootstrap_s']:>8.1f}",
     ]
     for name, s in f["stages"].items():
         lines.append(f"  {name:<20} {s['status']:<10} {s['seconds']:>8.1f}")
-    lines += [
-        f"  {'total (wall)':<20} {'':<10} {f['wall_s']:>8.1f}   decision={f['decision']}",
-        "",
-        f"cached re-run of the finished run dir, median of {len(rr['runs_s'])}: {rr['median_s']:.2f} s "
-        f"(runs {', '.join(f'{x:.2f}' for x in rr['runs_s'])}; stages {'/'.join(rr['statuses'])})",
-        f"  target < {rr['target_s']:.0f} s: ratio {rr['ratio_to_target']:.2f}x of the target "
-        f"({'met' if rr['median_s'] < rr['target_s'] else 'NOT met'})",
-        f"  baseline `python -m rlcycle --help`, median: {base['median_s']:.2f} s "
-        f"(re-run = {rr['median_s'] / base['median_s']:.2f}x the bare CLI start)",
-        f"  machine: {r['cpus']} CPUs, load average {r['load_avg'][0]:.1f} at the end, "
-        f"OMP_NUM_THREADS={r['omp_num_threads'] or 'unset'}",
-    ]
-    return "\n".join(lines)
+    lines.append(f"  {'total (wall)':<20} {'':<10} {f['wall_s']:>8.1f}   decision={f['decision']}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=int, default=3, help="Cached re-runs (median), default 3.")
+    p = benchkit.parser(__doc__, runs=3, runs_help="cached re-runs and `--help` starts")
     p.add_argument(
         "--keep", type=Path, default=None, help="Use (and keep) this directory instead of a temp one; must not exist."
     )
-    p.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = p.parse_args(argv)
     if args.keep is not None:
         if args.keep.exists():
@@ -129,12 +106,26 @@ def main(argv: list[str] | None = None) -> int:
     else:
         root = Path(tempfile.mkdtemp(prefix="bench_cycle-"))
     try:
-        print("running a fresh cycle on the sample data (a few minutes on 2 cores) ...", file=sys.stderr)
-        result = bench(root, max(1, args.runs))
+        benchkit.progress("running a fresh cycle on the sample data (a few minutes on 2 cores) ...")
+        r = bench(root, args.runs)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps(result) if args.json else render(result))
+    table = benchkit.Table(
+        f"cached re-run of the finished run dir (stages {'/'.join(r['statuses'])})",
+        "seconds",
+        baseline="python -m rlcycle --help",
+        samples={"python -m rlcycle --help": r["helps"], "cached re-run": r["reruns"]},
+        higher_is_better=False,
+    )
+    rerun = benchkit.summary(r["reruns"])["median"]
+    notes = [
+        *first_cycle_lines(r["first"]),
+        f"target: cached re-run < {TARGET_S:.0f} s: {rerun / TARGET_S:.2f}x of the target "
+        f"({'met' if rerun < TARGET_S else 'NOT met'}); OMP_NUM_THREADS={r['omp_num_threads'] or 'unset'}",
+    ]
+    extra = {"first": r["first"], "target_s": TARGET_S, "ratio_to_target": rerun / TARGET_S}
+    benchkit.emit(args, "bench_cycle", [table], notes, extra)
     return 0
 
 

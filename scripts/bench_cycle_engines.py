@@ -3,6 +3,7 @@ engine, float32 and bfloat16 (issue 23 item 6, issue 25 item 6).
 
     .venv/bin/python scripts/bench_cycle_engines.py                       # the tiny model, 1 cycle
     .venv/bin/python scripts/bench_cycle_engines.py --model /work/smol/base --cycles 2
+    .venv/bin/python scripts/bench_cycle_engines.py --engines vllm,in-process --runs 1 --json
 
 Both engines run `rlcycle cycle --config vllm` (rlcycle/configs/vllm.toml: 16 simulated sessions,
 a 2-step LoRA train, eval, deploy) on the same model, seeds and tasks, one engine after the
@@ -14,15 +15,16 @@ a fresh RLCYCLE_HOME whose registry holds `--model` as production:
 - in-process: the same config with `serving_url` and the deploy hook unset: simulate and eval
   load the checkpoint in-process (float32 on a CPU, the default), deploy moves the registry;
 - in-process-bf16: the same with `simulate.policy.dtype` and `eval.policy.dtype` bfloat16.
-Prints each engine's per-stage seconds per cycle and each engine's ratio to in-process (float32)
-per stage (the sum over cycles). `--engines` picks and orders them. Needs Docker (sandboxes) and .venv-vllm (`bash scripts/dev.sh vllm`); without a
+`--runs` repeats the whole comparison (fresh homes and run directories each time). Prints,
+through scripts/benchkit.py, one table per stage and one for the total: each engine's seconds
+(the sum over its cycles), median over runs, and its ratio to in-process (float32), the
+baseline. `--engines` picks and orders them. Needs Docker (sandboxes) and .venv-vllm (`bash scripts/dev.sh vllm`); without a
 vLLM it says so and exits 0 (`dev.sh bench` runs every bench). Speeds move with the machine's
 load: compare the two engines of one run.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -30,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import benchkit
 
 STAGES = ("simulate", "collect", "distill", "train", "eval", "deploy")
 
@@ -75,7 +79,7 @@ def run_cycles(engine: str, model: Path, root: Path, cycles: int, extra: list[st
             seconds = {s["name"]: s["seconds"] for s in result["stages"]}
             statuses = {s["name"]: s["status"] for s in result["stages"]}
             out.append({"seconds": seconds, "status": statuses})
-            print(f"bench_cycle_engines: {engine} cycle {k + 1}: {json.dumps(seconds)} {statuses}", file=sys.stderr)
+            benchkit.progress(f"bench_cycle_engines: {engine} cycle {k + 1}: {json.dumps(seconds)} {statuses}")
         return {"start_s": start_s, "cycles": out}
     finally:
         if server is not None:
@@ -83,55 +87,69 @@ def run_cycles(engine: str, model: Path, root: Path, cycles: int, extra: list[st
             server.wait(timeout=60)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+ENGINES = ("vllm", "in-process", "in-process-bf16")
+
+
+def parse_args():
+    p = benchkit.parser(__doc__, runs=1, runs_help="runs of the whole comparison")
     p.add_argument("--model", type=Path, help="Model directory (default: the tiny init-model in a temp dir).")
     p.add_argument("--cycles", type=int, default=1)
     p.add_argument(
         "--set", dest="extra", action="append", default=[], help="Extra cycle --set KEY=VALUE (both engines)."
     )
     p.add_argument("--keep", type=Path, help="Run here and keep the run directories (default: a temp dir).")
-    p.add_argument("--engines", default="vllm,in-process,in-process-bf16", help="Comma-separated, run in this order.")
+    p.add_argument("--engines", default=",".join(ENGINES), help="Comma-separated, run in this order.")
     args = p.parse_args()
+    unknown = set(args.engines.split(",")) - set(ENGINES)
+    if unknown or "in-process" not in args.engines.split(","):
+        p.error(f"--engines: vllm, in-process (needed: the baseline), in-process-bf16; not {sorted(unknown)}")
+    return args
 
+
+def stage_seconds(run: dict, stage: str) -> float:
+    """One engine's seconds in `stage` ("total": every stage), summed over its cycles."""
+    if stage == "total":
+        return sum(sum(c["seconds"].values()) for c in run["cycles"])
+    return sum(c["seconds"].get(stage) or 0.0 for c in run["cycles"])
+
+
+def main() -> int:
+    args = parse_args()
     from rlcycle.errors import RlcycleError
     from rlcycle.policy import vllm_serve
 
     try:
         vllm_serve.find_python(vllm_serve.VllmServeConfig())
     except RlcycleError as e:
-        print(f"bench_cycle_engines: skipped: {e.message} ({e.hint})", file=sys.stderr)
-        return 0
+        return benchkit.skip(args, "bench_cycle_engines", f"{e.message} ({e.hint})")
     extra = [x for kv in args.extra for x in ("--set", kv)]
+    engines = args.engines.split(",")
+    runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
-        root = args.keep or Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
+        top = args.keep or Path(tmp)
         model = args.model
         if model is None:
             from rlcycle import model_init
 
-            model = Path(model_init.run(model_init.InitModelConfig(seed=0), root / "model").path)
-        engines = args.engines.split(",")
-        unknown = set(engines) - {"vllm", "in-process", "in-process-bf16"}
-        if unknown or "in-process" not in engines:
-            p.error(f"--engines: vllm, in-process (needed: the baseline), in-process-bf16; not {sorted(unknown)}")
-        runs = {e: run_cycles(e, model.resolve(), root, args.cycles, extra) for e in engines}
-    print(f"seconds per stage, {args.cycles} cycle(s) of `rlcycle cycle --config vllm` on {model}:")
-    if "vllm" in runs:
-        print(f"  vLLM start (once): {runs['vllm']['start_s']:.1f} s")
-    others = [e for e in runs if e != "in-process"]
-    header = "  " + f"{'stage':<10}" + "".join(f"{e + ' c' + str(k + 1):>20}" for e in runs for k in range(args.cycles))
-    print(header + "".join(f"{e + '/fp32':>21}" for e in others))
-    for stage in (*STAGES, "total"):
-        cells, sums = [], {}
-        for e, r in runs.items():
-            for c in r["cycles"]:
-                v = sum(c["seconds"].values()) if stage == "total" else c["seconds"].get(stage)
-                cells.append("—" if v is None else f"{v:.1f}")
-                sums[e] = sums.get(e, 0.0) + (v or 0.0)
-        base = sums.get("in-process") or float("nan")
-        ratios = "".join(f"{sums[e] / base:>20.2f}x" for e in others)
-        print("  " + f"{stage:<10}" + "".join(f"{c:>20}" for c in cells) + ratios)
+            model = Path(model_init.run(model_init.InitModelConfig(seed=0), top / "model").path)
+        for k in range(args.runs):
+            root = top / f"run{k + 1}"
+            root.mkdir(parents=True, exist_ok=True)
+            runs.append({e: run_cycles(e, model.resolve(), root, args.cycles, extra) for e in engines})
+    tables = [
+        benchkit.Table(
+            f"{stage}: seconds over {args.cycles} cycle(s) of `rlcycle cycle --config vllm` on {model}",
+            "seconds",
+            baseline="in-process",
+            samples={e: [stage_seconds(r[e], stage) for r in runs] for e in engines},
+            higher_is_better=False,
+        )
+        for stage in (*STAGES, "total")
+    ]
+    notes = []
+    if "vllm" in engines:
+        notes.append(f"vLLM start (once a run, not in the stages): {[round(r['vllm']['start_s'], 1) for r in runs]} s")
+    benchkit.emit(args, "bench_cycle_engines", tables, notes, {"runs": runs})
     return 0
 
 

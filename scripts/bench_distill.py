@@ -10,11 +10,12 @@ under bench_data/):
   It writes to /dev/shm when there is one (`--out-dir` to change): the baseline writes
   nothing, so a slow disk would measure the disk, not the stage.
 Each runs in its own subprocess `--runs` times (default 3), interleaved after one warm-up
-scan; the table shows the median wall time, rows/s and peak RSS, and the ratio distill
-rows/s / scan rows/s (target: >= 0.3).
+scan; the tables (scripts/benchkit.py) show rows/s, with the ratio distill rows/s / scan
+rows/s (target: >= 0.3), and peak RSS: medians, min and max.
 
     .venv/bin/python scripts/bench_distill.py                        # 5M rows, 3 runs each
     .venv/bin/python scripts/bench_distill.py --rows 200000 --runs 1 # a quick look
+    .venv/bin/python scripts/bench_distill.py --json                 # one JSON object
 
 The synthetic trajectories follow collect's output: rows sorted by session, episode and turn,
 1-5 turns per episode, ~2.5 episodes per session, a quarter of the episodes sharing their
@@ -25,16 +26,12 @@ feedback. Generated with numpy from a seed, straight into Arrow (no Python loop 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+import benchkit
 import numpy as np
 import pyarrow as pa
 
@@ -226,25 +223,17 @@ print(df.height)
 """
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in MB, stdout) of one subprocess."""
-    start = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, cwd=REPO)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        err = proc.stderr.read().decode() if proc.stderr else ""
-        out.seek(0)
-        text = out.read().decode()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{err}")
-    return wall, usage.ru_maxrss / 1024, text
+def checked(cmd: list[str]) -> benchkit.Process:
+    """One subprocess through the harness (from the repository root); a failure stops the bench."""
+    proc = benchkit.run_process(cmd, cwd=REPO)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr}")
+    return proc
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args():
+    ap = benchkit.parser(__doc__, runs=3, runs_help="runs of each side")
     ap.add_argument("--rows", type=int, default=5_000_000, help="synthetic trajectories (default 5M)")
-    ap.add_argument("--runs", type=int, default=3, help="runs of each, the median is reported")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--data", type=Path, default=REPO / "bench_data", help="where the input is cached")
     ap.add_argument("--spec", type=Path, default=REPO / "sample_data" / "rewards.toml")
@@ -255,67 +244,53 @@ def main() -> None:
         help="where distill writes (default: /dev/shm when it exists, else --data): "
         "the stage's work, not the disk's write bandwidth, is what is compared",
     )
-    ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
     path = ensure_data(args.rows, args.data, args.seed)
     shm = Path("/dev/shm")
     out_dir = args.out_dir or (shm if shm.is_dir() and os.access(shm, os.W_OK) else args.data)
     out = out_dir / f"rlcycle_bench_examples_{args.rows}.arrow"
+    report = out_dir / "rlcycle_bench_reward_report.json"
     py = sys.executable
     scan_cmd = [py, "-c", SCAN, str(path)]
-    distill_cmd = [
-        py,
-        "-m",
-        "rlcycle",
-        "distill",
-        str(path),
-        "-o",
-        str(out),
-        "--spec",
-        str(args.spec),
-        "--report",
-        str(out_dir / "rlcycle_bench_reward_report.json"),
-        "--quiet",
-    ]
-    timed(scan_cmd)  # warm the page cache so neither side pays for the first read from disk
-    results: dict[str, list[tuple[float, float]]] = {"scan": [], "distill": []}
-    for _ in range(args.runs):  # interleaved, so drift (thermal, page cache) hits both alike
-        wall, rss, text = timed(scan_cmd)
-        assert int(text.strip()) == args.rows, text
-        results["scan"].append((wall, rss))
-        wall, rss, _ = timed(distill_cmd)
-        results["distill"].append((wall, rss))
-    summary = {
+    distill_cmd = [py, "-m", "rlcycle", "distill", str(path), "-o", str(out), "--spec", str(args.spec)]
+    distill_cmd += ["--report", str(report), "--quiet"]
+    checked(scan_cmd)  # warm the page cache so neither side pays for the first read from disk
+    runs: dict[str, list[benchkit.Process]] = {"scan (baseline)": [], "rlcycle distill": []}
+    for k in range(args.runs):  # interleaved, so drift (thermal, page cache) hits both alike
+        scan = checked(scan_cmd)
+        assert int(scan.stdout.strip()) == args.rows, scan.stdout
+        runs["scan (baseline)"].append(scan)
+        runs["rlcycle distill"].append(checked(distill_cmd))
+        benchkit.progress(
+            f"bench_distill: run {k + 1}: scan {scan.seconds:.1f} s, distill {runs['rlcycle distill'][-1].seconds:.1f} s"
+        )
+    extra = {
         "rows": args.rows,
-        "runs": args.runs,
         "file_gb": round(path.stat().st_size / 1e9, 3),
         "output": str(out),
         "output_gb": round(out.stat().st_size / 1e9, 3),
     }
-    for name, runs in results.items():
-        wall = statistics.median(w for w, _ in runs)
-        summary[name] = {
-            "median_s": round(wall, 3),
-            "rows_per_s": round(args.rows / wall),
-            "peak_rss_mb": round(max(r for _, r in runs)),
-            "runs_s": [round(w, 3) for w, _ in runs],
-        }
-    summary["ratio"] = round(summary["distill"]["rows_per_s"] / summary["scan"]["rows_per_s"], 3)
-    out.unlink(missing_ok=True)
-    for extra in (Path(f"{out}.config.json"), out_dir / "rlcycle_bench_reward_report.json"):
-        extra.unlink(missing_ok=True)
-    if args.json:
-        print(json.dumps(summary))
-        return
-    print(
-        f"{args.rows:,} trajectories ({summary['file_gb']} GB), median of {args.runs} runs each; "
-        f"distill writes {summary['output_gb']} GB to {out_dir}:"
+    for extra_file in (out, Path(f"{out}.config.json"), report):
+        extra_file.unlink(missing_ok=True)
+    title = f"{args.rows:,} trajectories ({extra['file_gb']} GB); distill writes {extra['output_gb']} GB to {out_dir}"
+    speed = benchkit.Table(
+        title,
+        "rows/s",
+        baseline="scan (baseline)",
+        samples={k: [args.rows / p.seconds for p in v] for k, v in runs.items()},
     )
-    for name in ("scan", "distill"):
-        s = summary[name]
-        print(f"  {name:8s} {s['median_s']:7.2f}s  {s['rows_per_s']:>12,} rows/s  peak RSS {s['peak_rss_mb']:,} MB")
-    print(f"  ratio    {summary['ratio']:.2f}x the scan (target >= 0.3x)")
+    rss = benchkit.Table(
+        "peak RSS",
+        "MB",
+        baseline="scan (baseline)",
+        samples={k: [p.rss_mb for p in v] for k, v in runs.items()},
+        higher_is_better=False,
+    )
+    benchkit.emit(args, "bench_distill", [speed, rss], ["target: distill >= 0.3x the scan's rows/s"], extra)
 
 
 if __name__ == "__main__":

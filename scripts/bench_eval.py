@@ -2,71 +2,70 @@
 
 The scripted reference policy (no model time, so this measures the harness, the sandboxes and
 grading) runs the shipped task suite through the same runner `rlcycle eval` uses, over a pool
-of N sandboxes with N sessions live at once. The baseline is concurrency 1 in the same run;
-the ratio column is the speed-up over it. Pool start-up is timed separately (it is paid once
-per eval). Medians of `--runs`.
+of N sandboxes with N sessions live at once. The baseline is concurrency 1 (the first of
+`--levels`) in the same run; the ratio is the speed-up over it. Pool start-up is timed
+separately (it is paid once per eval). Medians of `--runs`; needs a Docker engine.
 
     .venv/bin/python scripts/bench_eval.py                       # 1,2,4,8 on sample_data/tasks
     .venv/bin/python scripts/bench_eval.py --levels 1,4 --runs 3
+    .venv/bin/python scripts/bench_eval.py --levels 1,2 --json   # one JSON object
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import time
 from pathlib import Path
+
+import benchkit
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def one(level: int, tasks, runs: int) -> dict:
+    """`runs` passes over the suite at concurrency `level`: tasks/min and pool start-up per run."""
     from rlcycle.agent.runner import RunnerConfig, run_episodes
     from rlcycle.policy.scripted import ReferencePolicy, load_tokenizer
     from rlcycle.sandbox import SandboxPool
 
     policy = ReferencePolicy(load_tokenizer(None), tasks)
-    walls, starts, passed = [], [], 0
+    rates, starts, passed = [], [], 0
     for _ in range(runs):
         t0 = time.perf_counter()
         with SandboxPool(size=level) as pool:
             starts.append(time.perf_counter() - t0)
-            t1 = time.perf_counter()
-            results = run_episodes(policy, "bench", tasks, pool, RunnerConfig(concurrency=level))
-            walls.append(time.perf_counter() - t1)
+            wall, results = benchkit.timed(run_episodes, policy, "bench", tasks, pool, RunnerConfig(concurrency=level))
+        rates.append(60 * len(tasks) / wall)
         passed = sum(r.status == "pass" for r in results)
-    wall = statistics.median(walls)
-    return {
-        "concurrency": level,
-        "tasks": len(tasks),
-        "passed": passed,
-        "seconds": wall,
-        "tasks_per_min": 60 * len(tasks) / wall,
-        "pool_start_s": statistics.median(starts),
-    }
+        benchkit.progress(f"bench_eval: concurrency {level}: {wall:.1f} s, {passed}/{len(tasks)} passed")
+    return {"tasks_per_min": rates, "pool_start_s": starts, "passed": passed}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--levels", default="1,2,4,8", help="comma-separated concurrency levels")
-    ap.add_argument("--runs", type=int, default=1, help="runs per level; medians are reported")
+    ap = benchkit.parser(__doc__, runs=1, runs_help="runs per level")
+    ap.add_argument("--levels", default="1,2,4,8", help="comma-separated concurrency levels (the first: the baseline)")
     ap.add_argument("--tasks", type=Path, default=REPO / "sample_data" / "tasks")
     args = ap.parse_args()
     from rlcycle.tasks.suite import load_suite
 
     tasks = load_suite(args.tasks)
-    rows = [one(int(n), tasks, args.runs) for n in args.levels.split(",")]
-    base = rows[0]["tasks_per_min"]
-    print(
-        f"{'concurrency':>11} {'tasks':>5} {'passed':>6} {'wall s':>7} {'tasks/min':>9} {'vs c=' + str(rows[0]['concurrency']):>7} {'pool start s':>12}"
+    levels = [int(n) for n in args.levels.split(",")]
+    rows = {n: one(n, tasks, args.runs) for n in levels}
+    side = {n: f"concurrency {n}" for n in levels}
+    speed = benchkit.Table(
+        f"eval on {len(tasks)} tasks (scripted reference policy)",
+        "tasks/min",
+        baseline=side[levels[0]],
+        samples={side[n]: r["tasks_per_min"] for n, r in rows.items()},
     )
-    for r in rows:
-        print(
-            f"{r['concurrency']:>11} {r['tasks']:>5} {r['passed']:>6} {r['seconds']:>7.1f} {r['tasks_per_min']:>9.1f} "
-            f"{r['tasks_per_min'] / base:>6.2f}x {r['pool_start_s']:>12.2f}"
-        )
-    print(json.dumps(rows))
+    start = benchkit.Table(
+        "sandbox pool start-up (paid once per eval)",
+        "seconds",
+        baseline=side[levels[0]],
+        samples={side[n]: r["pool_start_s"] for n, r in rows.items()},
+        higher_is_better=False,
+    )
+    notes = ["passed: " + ", ".join(f"c={n} {r['passed']}/{len(tasks)}" for n, r in rows.items())]
+    benchkit.emit(args, "bench_eval", [speed, start], notes, {"tasks": len(tasks)})
 
 
 if __name__ == "__main__":

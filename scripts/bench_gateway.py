@@ -1,6 +1,7 @@
 """Benchmark: `rlcycle gateway` with event logging on vs off (the baseline), in the same run.
 
-    .venv/bin/python scripts/bench_gateway.py                   # 8 clients x 4 requests, 12 repeats
+    .venv/bin/python scripts/bench_gateway.py                   # 8 clients x 4 requests, 12 runs
+    .venv/bin/python scripts/bench_gateway.py --clients 2 --requests 2 --runs 2 --logger-events 500 --json
     .venv/bin/python scripts/bench_gateway.py --clients 16 --max-tokens 32 --size small --threads 2
 
 Two gateways in this process, in-process mode, on the same model (the random one
@@ -13,10 +14,11 @@ script checks they did), alternating which side goes first. A third line, `direc
 same rendered prompts straight to the shared batcher in front of the same kind of `HFPolicy`:
 what the model costs without HTTP, JSON and the chat layer, for scale.
 
-Printed per side: p50 and p99 latency per request (client-side, the SDK call), requests/s, and
-events/s written during the run; medians over `--repeats`. Then the on/off ratios: the ratio
-of the medians, and the geometric mean of the per-repeat ratios with a 95% CI (the repeats are
-paired, so drift of a shared machine cancels). The logging overhead is the paired p50 ratio;
+Printed per side (scripts/benchkit.py's tables, `off` the baseline): p50 and p99 latency per
+request (client-side, the SDK call), requests/s, and events/s written during the run; medians
+(min, max) over `--runs` (a repeat each), ratio = side / off. Then the on/off paired ratios: the
+geometric mean of the per-repeat ratios with a 95% CI (the repeats are paired, so drift of a
+shared machine cancels). The logging overhead is the paired p50 ratio;
 the issue's target is < 5 % of p50: "met" when the CI's top is under 1.05, "NOT met" when its
 bottom is over, else "not resolved at this noise". Last, what the event logger sustains on its
 own: real completion events from the run appended as fast as one thread can, until all are
@@ -25,7 +27,6 @@ written and fsync'd (redaction on, then off). With few requests a repeat, p99 is
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -33,6 +34,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import benchkit
 
 TASK = "Fix the off-by-one error in utils/pagination.py and run the tests"
 
@@ -193,51 +196,59 @@ def paired_ratio(on: list[float], off: list[float]) -> tuple[float, float, float
     return math.exp(iv.estimate), math.exp(iv.low), math.exp(iv.high)
 
 
-def report(args, rounds: dict[str, list], stats: dict) -> None:
+def tables(args, rounds: dict[str, list]) -> list[benchkit.Table]:
+    """p50, p99 and requests/s per side, `off` (logging off) the baseline."""
+    s = {name: summarise(r) for name, r in rounds.items()}
+    sides = [n for n in ("off", "on", "direct") if n in s]
+    title = (
+        f"gateway: {args.size} model, in-process, {args.clients} clients x {args.requests} "
+        f"requests x {args.max_tokens} tokens, max_batch_size {args.max_batch_size}, "
+        f"batch_wait_ms {args.batch_wait_ms:g}, threads {args.threads}"
+    )
+    metrics = (("p50", "p50 latency, ms", False), ("p99", "p99 latency, ms", False), ("rps", "requests/s", True))
+    return [
+        benchkit.Table(f"{title}: {label}", label, "off", {n: s[n][k] for n in sides}, higher_is_better=hib)
+        for k, label, hib in metrics
+    ]
+
+
+def notes(rounds: dict[str, list], stats: dict) -> list[str]:
+    """The paired on/off ratios with their CIs, the verdict, and what the log wrote."""
     s = {name: summarise(r) for name, r in rounds.items()}
     med = {name: {k: statistics.median(v) for k, v in s[name].items()} for name in s}
-    print(
-        f"gateway bench: {args.size} model, in-process, {args.clients} clients x {args.requests} "
-        f"requests x {args.max_tokens} tokens, max_batch_size {args.max_batch_size}, "
-        f"batch_wait_ms {args.batch_wait_ms:g}, threads {args.threads}; medians over "
-        f"{args.repeats} repeats"
-    )
-    print(f"{'side':8s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'events/s':>9s}")
-    for name in [n for n in ("off", "on", "direct") if n in med]:
-        m = med[name]
-        print(f"{name:8s} {m['p50']:8.1f} {m['p99']:8.1f} {m['rps']:8.1f} {m['eps']:9.1f}")
+    lines = [f"events written during the on side: {med['on']['eps']:.1f} events/s (median)"]
     for k, label in (("p50", "p50 latency"), ("p99", "p99 latency"), ("rps", "requests/s")):
         g, lo, hi = paired_ratio(s["on"][k], s["off"][k])
-        print(
+        lines.append(
             f"on/off {label:12s} ratio of medians {med['on'][k] / med['off'][k]:.3f}; paired "
             f"{g:.3f} (95% CI {lo:.3f}..{hi:.3f})"
         )
     g, lo, hi = paired_ratio(s["on"]["p50"], s["off"]["p50"])
     verdict = "met" if hi < 1.05 else "NOT met" if lo > 1.05 else "not resolved at this noise"
     scale = f"; gateway (off) / direct p50 {med['off']['p50'] / med['direct']['p50']:.2f}x" if "direct" in med else ""
-    print(
+    lines.append(
         f"logging overhead {100 * (g - 1):+.1f}% of p50 (95% CI {100 * (lo - 1):+.1f}%.."
         f"{100 * (hi - 1):+.1f}%; target < 5%: {verdict}){scale}"
     )
     n = max(1, stats["written"])
-    print(
+    lines.append(
         f"log during the run: {stats['written']} events in {stats['batches']} fsync'd batches, "
         f"{stats['bytes'] / n:.0f} bytes/event; writer {1e6 * stats['write_seconds'] / n:.0f} µs/event "
         f"wall (redact + serialise + write + fsync), {1e6 * stats['cpu_seconds'] / n:.0f} µs/event CPU "
         f"= {100 * stats['cpu_seconds'] / stats['process_cpu_seconds']:.2f}% of the process's CPU "
         "while the on side ran"
     )
+    return lines
 
 
 # --- main --------------------------------------------------------------------------------------
 
 
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args():
+    ap = benchkit.parser(__doc__, runs=12, runs_help="paired repeats (each side once per repeat, alternating)")
     ap.add_argument("--clients", type=int, default=8, help="concurrent SDK clients (sessions)")
     ap.add_argument("--requests", type=int, default=4, help="requests per client per repeat")
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=12)
     ap.add_argument("--size", default="tiny", help="init-model size: tiny or small")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads per model")
     ap.add_argument("--device", default="auto")
@@ -287,12 +298,13 @@ def measure(args, root: Path) -> tuple[dict[str, list], dict, list[dict]]:
     try:
         for run in sides.values():  # warm-up: first requests, kernels, caches
             run(10**6)
-        for r in range(args.repeats):
+        for r in range(args.runs):
             order = list(sides) if r % 2 == 0 else list(reversed(sides))  # cancel drift
             for name in order:
                 rounds[name].append(sides[name](1000 * r))
             work = {name: rounds[name][-1][2] for name in sides}
             assert len(set(work.values())) == 1, f"the sides sampled different tokens: {work}"
+            benchkit.progress(f"bench_gateway: repeat {r + 1} of {args.runs} done")
         on.gateway.log.flush()
         stats = on.gateway.log.stats.as_dict() | {"process_cpu_seconds": cpu["process"]}
     finally:
@@ -301,7 +313,7 @@ def measure(args, root: Path) -> tuple[dict[str, list], dict, list[dict]]:
         batcher.close()
     events = [json.loads(line) for f in sorted((root / "logs").glob("*.jsonl")) for line in f.read_text().splitlines()]
     completions = sum(e["type"] == "completion" for e in events)
-    expected = args.clients * args.requests * (args.repeats + 1)
+    expected = args.clients * args.requests * (args.runs + 1)
     # zero lost, zero duplicated (the other events are tool_results of invalid calls)
     assert completions == expected and len(events) == stats["written"], (
         completions,
@@ -315,15 +327,18 @@ def main() -> None:
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-gw-") as tmp:
         rounds, stats, events = measure(args, Path(tmp))
-        report(args, rounds, stats)
+        lines = notes(rounds, stats)
         templates = [e for e in events if e["type"] == "completion"]
+        logger = {}
         for redact_on in (True, False):
             rate, us, cpu_us = logger_rate(templates, args.logger_events, redact_on, Path(tmp) / f"log-{redact_on}")
-            print(
+            logger[f"redaction_{'on' if redact_on else 'off'}"] = {"events_s": rate, "us_wall": us, "us_cpu": cpu_us}
+            lines.append(
                 f"logger alone, redaction {'on ' if redact_on else 'off'}: {rate:,.0f} events/s "
                 f"({args.logger_events} events appended until written and fsync'd; writer "
                 f"{us:.0f} µs/event wall, {cpu_us:.0f} µs/event CPU)"
             )
+    benchkit.emit(args, "bench_gateway", tables(args, rounds), lines, {"log_stats": stats, "logger_alone": logger})
 
 
 def _with_events(log, run, cpu: dict[str, float]) -> tuple[list[float], float, int, int]:

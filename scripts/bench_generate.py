@@ -6,8 +6,9 @@ first prompt of N agent episodes rendered by the harness: system prompt + tools 
 number of new tokens per prompt (no stop token, so both do the same work), same process. A fourth line turns
 rlcycle's prefix KV cache on: every episode starts with the same system prompt and tool list,
 so it is prefilled once instead of N times. Each
-side runs `--repeats` times; the median tokens/s is printed with the ratio. A batched
-`model.generate` (left padding) is printed too, as a second reference.
+side runs `--runs` times, interleaved; the table (scripts/benchkit.py) prints the median
+tokens/s and each side's ratio to `model.generate` one prompt at a time (the baseline). A
+batched `model.generate` (left padding) is printed too, as a second reference.
 
 A second table (`--turns`, default 3) runs whole multi-turn episodes the way the episode runner
 does: turn k+1's prompt is turn k's prompt + completion + a tool result. rlcycle runs them
@@ -17,17 +18,16 @@ time re-reads the whole conversation every turn.
     .venv/bin/python scripts/bench_generate.py                  # 16 episodes, 64 tokens each
     .venv/bin/python scripts/bench_generate.py --episodes 8 --max-new-tokens 32 --threads 2
     .venv/bin/python scripts/bench_generate.py --model runs/smol/policy --episodes 8 --threads 2
+    .venv/bin/python scripts/bench_generate.py --episodes 2 --max-new-tokens 4 --runs 1 --json   # a quick look
 
 Generated tokens only are counted (prefill is in the time, not in the count).
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import time
 
-import torch
+import benchkit
 
 TASKS = [
     "Fix the off-by-one error in utils/pagination.py",
@@ -43,6 +43,7 @@ TASKS = [
 
 def build(size: str, seed: int, device: str, model_dir: str | None = None):
     """(model float32, tokenizer): a checkpoint directory, or the random model of `size`."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlcycle.model_init import DEFAULT_TOKENIZER, InitModelConfig, build_model
@@ -77,6 +78,8 @@ def run_rlcycle(policy, prompts, new_tokens: int) -> float:
 
 
 def run_generate_single(model, prompts, new_tokens: int) -> float:
+    import torch
+
     n = 0
     t = time.perf_counter()
     with torch.inference_mode():
@@ -98,6 +101,8 @@ def run_generate_single(model, prompts, new_tokens: int) -> float:
 
 
 def run_generate_batched(model, prompts, new_tokens: int) -> float:
+    import torch
+
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), PAD, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -149,6 +154,8 @@ def rlcycle_turn(policy):
 
 
 def generate_turn(model):
+    import torch
+
     def gen(convs, new_tokens):
         outs = []
         with torch.inference_mode():
@@ -171,20 +178,13 @@ def generate_turn(model):
     return gen
 
 
-def report(runs: dict[str, list[float]]) -> dict[str, float]:
-    """Print each side's median tokens/s and its runs; return the medians."""
-    medians = {}
-    for name, rates in runs.items():
-        medians[name] = statistics.median(rates)
-        print(f"  {name:40s} {medians[name]:9.1f} tokens/s   (runs: " + ", ".join(f"{r:.1f}" for r in rates) + ")")
-    return medians
+BASELINE = "model.generate, one prompt at a time"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args():
+    ap = benchkit.parser(__doc__, runs=3, runs_help="interleaved runs of every side")
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--turns", type=int, default=3, help="turns per episode in the second table (0: skip)")
     ap.add_argument("--size", default="tiny", help="shape of the random model (without --model)")
     ap.add_argument("--model", default=None, help="a checkpoint directory instead of the random model")
@@ -195,7 +195,13 @@ def main() -> None:
         default=1,
         help="torch CPU threads for both sides (1 is fastest for the tiny model on a shared 2-core machine)",
     )
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    import torch  # after parsing, so `--help` does not pay for it
+
     torch.set_num_threads(args.threads)
     from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
@@ -206,10 +212,10 @@ def main() -> None:
     prompts = episode_prompts(tok, args.episodes)
     policy = HFPolicy(model, tok, HFPolicyConfig(device=args.device, max_batch_size=args.episodes))
     lens = [len(p) for p in prompts]
-    print(
+    title = (
         f"model {name} ({sum(p.numel() for p in model.parameters()):,} params), "
         f"{args.episodes} prompts of {min(lens)}-{max(lens)} tokens, {args.max_new_tokens} new "
-        f"tokens each, device {args.device}, {args.threads} thread(s), median of {args.repeats}"
+        f"tokens each, device {args.device}, {args.threads} thread(s)"
     )
     run_rlcycle(policy, prompts[:2], 4)  # warm-up (allocator, kernels)
     budget = args.episodes * (max(lens) + args.max_new_tokens + 16)
@@ -222,33 +228,37 @@ def main() -> None:
 
     sides = (
         ("rlcycle HFPolicy.generate, batched", run_rlcycle, policy),
-        ("model.generate, one prompt at a time", run_generate_single, model),
+        (BASELINE, run_generate_single, model),
         ("model.generate, batched (reference)", run_generate_batched, model),
         ("rlcycle batched + prefix cache", with_prefix_cache, None),
     )
-    # Interleaved repeats (A, B, C, A, B, C, ...): a load change on a shared machine hits
+    # Interleaved runs (A, B, C, A, B, C, ...): a load change on a shared machine hits
     # every side alike instead of biasing whichever ran during it.
     runs: dict[str, list[float]] = {name: [] for name, _, _ in sides}
-    for _ in range(args.repeats):
+    for k in range(args.runs):
         for name, fn, target in sides:
             runs[name].append(fn(target, prompts, args.max_new_tokens))
-    results = report(runs)
-    names = list(results)
-    print(f"ratio rlcycle batched / model.generate one at a time: {results[names[0]] / results[names[1]]:.2f}x")
-    print(f"ratio rlcycle batched / model.generate batched:       {results[names[0]] / results[names[2]]:.2f}x")
-    print(
-        f"ratio rlcycle + prefix cache (shared system prompt) / one at a time: "
-        f"{results[names[3]] / results[names[1]]:.2f}x"
-    )
+        benchkit.progress(f"bench_generate: run {k + 1} of {args.runs} done")
+    tables = [benchkit.Table(title, "tokens/s", baseline=BASELINE, samples=runs)]
+    m = {k: benchkit.summary(v)["median"] for k, v in runs.items()}
+    names = list(m)
+    notes = [
+        f"ratio rlcycle batched / model.generate one at a time: {m[names[0]] / m[names[1]]:.2f}x",
+        f"ratio rlcycle batched / model.generate batched:       {m[names[0]] / m[names[2]]:.2f}x",
+        f"ratio rlcycle + prefix cache (shared system prompt) / one at a time: {m[names[3]] / m[names[1]]:.2f}x",
+    ]
     if args.turns > 0:
-        episodes(args, model, tok, prompts)
+        tables.append(episodes(args, model, tok, prompts))
+        ep = {k: benchkit.summary(v)["median"] for k, v in tables[-1].samples.items()}
+        a, b = ep.values()
+        notes.append(f"ratio rlcycle / model.generate one at a time (episodes): {a / b:.2f}x")
+    benchkit.emit(args, "bench_generate", tables, notes)
 
 
-def episodes(args, model, tok, prompts) -> None:
+def episodes(args, model, tok, prompts) -> benchkit.Table:
     """The multi-turn table: whole episodes, prefix cache on for rlcycle."""
     from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 
-    print(f"{args.turns}-turn episodes ({args.episodes} at once, {args.max_new_tokens} tokens per turn):")
     budget = args.episodes * (max(len(p) for p in prompts) + 4 * args.turns * args.max_new_tokens + 200)
     sides = (
         (
@@ -261,15 +271,14 @@ def episodes(args, model, tok, prompts) -> None:
                 )
             ),
         ),
-        ("model.generate, one prompt at a time", lambda: generate_turn(model)),
+        (BASELINE, lambda: generate_turn(model)),
     )
     runs: dict[str, list[float]] = {name: [] for name, _ in sides}
-    for _ in range(args.repeats):  # interleaved; a fresh policy (empty prefix cache) each time
+    for _ in range(args.runs):  # interleaved; a fresh policy (empty prefix cache) each time
         for name, make in sides:
             runs[name].append(run_episodes(make(), prompts, tok, args.turns, args.max_new_tokens))
-    rates = report(runs)
-    a, b = rates.values()
-    print(f"ratio rlcycle / model.generate one at a time (episodes): {a / b:.2f}x")
+    title = f"{args.turns}-turn episodes ({args.episodes} at once, {args.max_new_tokens} tokens per turn)"
+    return benchkit.Table(title, "tokens/s", baseline=BASELINE, samples=runs)
 
 
 if __name__ == "__main__":

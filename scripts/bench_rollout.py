@@ -1,13 +1,16 @@
 """Episodes/s of the local executor (baseline) vs the Ray executor with 1 and 2 workers.
 
-    nice -n 10 .venv/bin/python scripts/bench_rollout.py --episodes 16 --repeats 5
+    nice -n 10 .venv/bin/python scripts/bench_rollout.py --episodes 16 --runs 5
+    .venv/bin/python scripts/bench_rollout.py --episodes 4 --runs 1 --json   # a quick look, one JSON object
 
 The scripted reference policy on the shipped task suite, in real sandboxes, with the same total
 number of sandboxes in every layout (local: one pool of S; ray1: one worker with S; ray2: two
 workers with S/2 each), so the ratio is what Ray's scheduling costs, not more containers. All
 three executors are started (pools warm, policy loaded) before the clock starts; their start-up
-is printed apart. Each repeat runs every layout once, in a rotating order, so a machine that
-gets busier or quieter during the bench biases none of them; medians over `repeats`.
+is printed apart. Each run runs every layout once, in a rotating order, so a machine that
+gets busier or quieter during the bench biases none of them; the table (scripts/benchkit.py)
+shows episodes/s, medians over `--runs`, and each layout's ratio to local (the baseline).
+Needs a Docker engine and Ray.
 
 Then a projection: how many sandboxes at once, and nodes, a 10,000-episode eval needs to finish
 in a target time, at the measured episode time and at each `--episode-s` given.
@@ -15,11 +18,12 @@ in a target time, at the measured episode time and at each `--episode-s` given.
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import time
 from contextlib import ExitStack
+
+import benchkit
 
 from rlcycle import resources
 from rlcycle.agent.runner import RunnerConfig
@@ -42,11 +46,9 @@ def start(stack: ExitStack, config: RolloutConfig, sandboxes: int, tasks: list) 
     return ex, spec, time.perf_counter() - t0
 
 
-def timed(ex, spec: PolicySpec, sandboxes: int, tasks: list, n: int) -> float:
+def run_round(ex, spec: PolicySpec, sandboxes: int, tasks: list, n: int) -> float:
     """Seconds for `n` episodes; every one must come back graded (none lost, none an error)."""
-    t = time.perf_counter()
-    results = ex.run(spec, POLICY, tasks, RunnerConfig(concurrency=sandboxes), n_episodes=n)
-    seconds = time.perf_counter() - t
+    seconds, results = benchkit.timed(ex.run, spec, POLICY, tasks, RunnerConfig(concurrency=sandboxes), n_episodes=n)
     assert [r.index for r in results] == list(range(n))
     assert all(r.status == "pass" for r in results), [r.error for r in results if r.error]
     return seconds
@@ -63,10 +65,9 @@ def project(total: int, t_ep: float, target_min: float, per_node: int, label: st
     )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args():
+    ap = benchkit.parser(__doc__, runs=5, runs_help="runs of every layout")
     ap.add_argument("--episodes", type=int, default=16, help="episodes per timed run")
-    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sandboxes", type=int, default=2, help="total sandboxes in every layout")
     ap.add_argument(
         "--episode-s",
@@ -79,11 +80,13 @@ def main() -> None:
     ap.add_argument("--cpus-per-sandbox", type=float, default=1.0)
     ap.add_argument("--target-min", type=float, default=30.0, help="wall time the eval may take")
     ap.add_argument("--total-episodes", type=int, default=10_000)
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def measure(args, tasks: list) -> dict[str, list[float]]:
+    """Seconds of each run of each layout (local, ray1, ray2), started and warmed first."""
     import ray
 
-    tasks = [t for t in load_suite(resources.tasks()) if not t.ambiguous][:8]
     ray.init(num_cpus=2, object_store_memory=80 * 1024**2, include_dashboard=False, log_to_driver=False)
     s = args.sandboxes
     layouts = {
@@ -97,37 +100,43 @@ def main() -> None:
             started = {}
             for name, (config, sandboxes) in layouts.items():
                 started[name] = start(stack, config, sandboxes, tasks)
-                print(f"{name:6s} start-up {started[name][2]:6.2f}s", flush=True)
+                benchkit.progress(f"{name:6s} start-up {started[name][2]:6.2f}s")
             names = list(layouts)
-            for k in range(args.repeats):
+            for k in range(args.runs):
                 for name in names[k % 3 :] + names[: k % 3]:  # rotating order
                     ex, spec, _ = started[name]
-                    times[name].append(timed(ex, spec, layouts[name][1], tasks, args.episodes))
+                    times[name].append(run_round(ex, spec, layouts[name][1], tasks, args.episodes))
     finally:
         ray.shutdown()
+    return times
 
-    per_ep = {}
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        per_ep[name] = med / args.episodes
-        print(
-            f"{name:6s} runs {', '.join(f'{t:.2f}' for t in ts)}s   median {med:.2f}s = "
-            f"{args.episodes / med:.2f} episodes/s ({1000 * per_ep[name]:.0f} ms/episode)"
-        )
+
+def main() -> None:
+    args = parse_args()
+    tasks = [t for t in load_suite(resources.tasks()) if not t.ambiguous][:8]
+    times = measure(args, tasks)
+    s = args.sandboxes
+    per_ep = {name: statistics.median(ts) / args.episodes for name, ts in times.items()}
+    table = benchkit.Table(
+        f"{args.episodes} episodes a run, {s} sandboxes in every layout (scripted reference policy)",
+        "episodes/s",
+        baseline="local",
+        samples={name: [args.episodes / t for t in ts] for name, ts in times.items()},
+    )
+    notes = []
     for name in ("ray1", "ray2"):
         extra_ms = 1000 * (per_ep[name] - per_ep["local"])
-        print(
-            f"{name}/local episodes/s ratio {per_ep['local'] / per_ep[name]:.2f}   "
-            f"Ray cost per episode {extra_ms:+.0f} ms wall ({s} sandboxes in all, "
-            f"{s * extra_ms:+.0f} sandbox-ms)"
+        notes.append(
+            f"{name}: Ray cost per episode {extra_ms:+.0f} ms wall ({s} sandboxes in all, {s * extra_ms:+.0f} sandbox-ms)"
         )
-
     per_node = max(1, int(args.cores_per_node / args.cpus_per_sandbox))
-    print(f"({per_node} sandboxes per node = {args.cores_per_node} cores / {args.cpus_per_sandbox} CPU per sandbox)")
+    notes.append(
+        f"({per_node} sandboxes per node = {args.cores_per_node} cores / {args.cpus_per_sandbox} CPU per sandbox)"
+    )
     t_local = per_ep["local"] * s  # one sandbox's episode time, measured
-    print(project(args.total_episodes, t_local, args.target_min, per_node, "measured, scripted"))
-    for t_ep in args.episode_s:
-        print(project(args.total_episodes, t_ep, args.target_min, per_node, "given"))
+    notes.append(project(args.total_episodes, t_local, args.target_min, per_node, "measured, scripted"))
+    notes += [project(args.total_episodes, t_ep, args.target_min, per_node, "given") for t_ep in args.episode_s]
+    benchkit.emit(args, "bench_rollout", [table], notes, {"seconds_per_episode": per_ep})
 
 
 if __name__ == "__main__":

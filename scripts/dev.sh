@@ -4,8 +4,11 @@
 #   scripts/dev.sh setup          create .venv and install rlcycle (fast when already done)
 #   scripts/dev.sh demo           run the whole cycle on the bundled sample data (rlcycle cycle --config demo)
 #   scripts/dev.sh test [ARGS]    install what the tests need (Docker engine, sandbox image, .venv-vllm), run pytest
+#   scripts/dev.sh test --fast [ARGS]   the fast tier: lint, then the tests that need no Docker,
+#                                 vLLM, Ray or agent-framework venvs and are not `slow`; installs none of those
 #   scripts/dev.sh lint           ruff check and ruff format --check (the test command runs it first)
-#   scripts/dev.sh bench          every scripts/bench_*.py at its default size
+#   scripts/dev.sh bench [--runs N] [--json]   every scripts/bench_*.py at its default size, with
+#                                 the options they all share (scripts/benchkit.py); --json: one object per bench
 #   scripts/dev.sh vllm           create .venv-vllm with a vLLM (fast when already done; docs/vllm.md)
 #
 # torch: an existing torch in .venv is kept (GPU users: install your CUDA build first, or set
@@ -118,13 +121,40 @@ vllm_ready() {
   fi
 }
 
+# The fast tier's marker expression (pyproject.toml lists the markers; tests/conftest.py sets
+# them in one place from the fixtures and modules a test uses).
+FAST_MARKERS="not docker and not vllm and not ray and not clients and not slow"
+
 run_tests() {
+  local fast=0 rest=() a
+  for a in "$@"; do if [ "$a" = "--fast" ]; then fast=1; else rest+=("$a"); fi; done
+  set -- ${rest[@]+"${rest[@]}"}
   setup
   lint
+  if [ "$fast" = 1 ]; then
+    # No Docker engine, sandbox image or .venv-vllm install: that is what makes it fast.
+    "$PY" -m pytest -m "$FAST_MARKERS" "$@"
+    return
+  fi
   docker_ready
   vllm_ready
   # pytest's exit 5 (no tests collected) is a failure here: a run that tested nothing is not green.
   "$PY" -m pytest "$@"
+}
+
+bench() {
+  # Only the options every bench shares pass through, so each bench gets what it understands.
+  local args=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --runs) [ $# -ge 2 ] || { log "--runs needs a number"; return 2; }; args+=(--runs "$2"); shift 2 ;;
+      --runs=*) args+=("$1"); shift ;;
+      --json) args+=(--json); shift ;;
+      *) log "bench: only --runs N and --json go to every bench; run one with its own options: $PY scripts/bench_NAME.py --help"; return 2 ;;
+    esac
+  done
+  setup
+  for b in scripts/bench_*.py; do log "$b"; "$PY" "$b" ${args[@]+"${args[@]}"}; done
 }
 
 cmd="${1:-}"; shift || true
@@ -134,6 +164,6 @@ case "$cmd" in
   test) run_tests "$@" ;;
   vllm) vllm_setup ;;
   lint) setup; lint ;;
-  bench) setup; for b in scripts/bench_*.py; do log "$b"; "$PY" "$b" "$@"; done ;;
-  *) sed -n '2,15p' "$0"; exit 2 ;;
+  bench) bench "$@" ;;
+  *) sed -n '2,18p' "$0"; exit 2 ;;
 esac

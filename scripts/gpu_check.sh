@@ -106,9 +106,9 @@ EOF
 
 # --- 2. generate ----------------------------------------------------------------------------
 if [ $DRY = 1 ]; then
-  GEN_ARGS=(--episodes 2 --max-new-tokens 4 --repeats 1 --turns 0 --threads 1)
+  GEN_ARGS=(--episodes 2 --max-new-tokens 4 --runs 1 --turns 0 --threads 1)
 else
-  GEN_ARGS=(--episodes 32 --max-new-tokens 128 --repeats 3 --turns 3)
+  GEN_ARGS=(--episodes 32 --max-new-tokens 128 --runs 3 --turns 3)
 fi
 echo "generate:"
 $NICE "$PY" scripts/bench_generate.py --model "$MODEL" --device "$DEVICE" "${GEN_ARGS[@]}" \

@@ -1,7 +1,16 @@
-"""Shared fixtures: a temp RLCYCLE_HOME per test, the CLI runner, and the Docker engine.
+"""Shared fixtures: a temp RLCYCLE_HOME per test, the CLI runner, the Docker engine, the vLLM;
+and the one place where tests get the markers of what they need.
 
-Docker tests must *run* in CI: when CI is set and no engine answers, they fail; elsewhere they
-skip with the reason printed (README.md, "Development").
+Docker and vLLM tests must *run* in CI: when CI is set and no engine answers (or no vLLM can
+start), they fail; elsewhere they skip with the reason printed (README.md, "Development"). The
+same holds for peft and ray (tests/optional.py).
+
+Markers (pyproject.toml lists them; `--strict-markers` refuses others): `docker`, `vllm`, `ray`,
+`clients` (the agent frameworks' venvs) and `slow`. `pytest_collection_modifyitems` below sets
+them from the fixtures a test uses (FIXTURE_MARKS), its module (MODULE_MARKS) and the slow list
+(SLOW), on top of the `pytest.mark.*` some modules carry themselves. `bash scripts/dev.sh test
+--fast` runs `-m "not docker and not vllm and not ray and not clients and not slow"`; CI runs
+everything.
 """
 
 from __future__ import annotations
@@ -217,3 +226,58 @@ def vllm(tmp_path_factory):
         yield RealVllm(server, Path(base))
     finally:
         server.stop()
+
+
+# --- markers: what a test needs, set in one place ---------------------------------------------
+
+FIXTURE_MARKS = {"docker_client": "docker", "vllm": "vllm"}  # a test using the fixture needs it
+MODULE_MARKS = {  # modules that need a thing without asking for its fixture
+    "test_rollout_ray": ("ray", "docker"),
+    "test_gateway_clients": ("clients",),  # pinned agent frameworks in venvs of their own
+    "test_vllm_upstream": ("vllm",),  # starts (and kills) a vLLM of its own
+}
+# Tests that need none of the above but took over 5 s each on 2 shared cores (`--durations`,
+# 2026-12-06): left to the full tier. Their modules keep quick tests in the fast tier.
+SLOW = {
+    # most deploy through the hook (10-22 s) on the session's vLLM (marked `vllm` by its fixture
+    # anyway); the fast tier keeps the tests that need no server
+    "test_deploy_vllm.py": (
+        "test_checkpoint_without_adapter_says_how_to_serve_it",
+        "test_wrong_key_is_refused_and_changes_nothing",
+        "test_the_probe_sends_no_echo_and_tells_the_right_adapter_from_another",
+        "test_deploy_v1_then_v2_loads_each_under_its_own_name",
+        "test_the_next_cycles_adapter_deploys_onto_the_same_base",
+        "test_rollback_with_the_hook_serves_the_previous_adapter_again",
+        "test_server_answering_with_the_previous_adapter_is_caught_and_rolled_back",
+        "test_adapter_that_does_not_match_the_merged_weights_fails",
+        "test_hook_standalone_reports_json_and_warns_when_the_probe_cannot_separate",
+        "test_relative_rule_fails_a_server_still_on_the_base_that_a_loose_tolerance_passes",
+        "test_relative_rule_passes_the_right_adapter_and_names_the_references",
+        "test_relative_rule_fails_the_previous_adapter_under_the_new_name",
+    ),
+    # builds SmolLM2-135M's shape to print the plan (53 s); the reward-spec checks stay fast
+    "test_smollm2_experiment.py": ("test_the_smollm2_plan_resolves_every_run",),
+    # `rlcycle gateway` in a subprocess (6 s); the HTTP backend's tests on an in-process gateway stay
+    "test_policy_http.py": ("test_gateway_command_serves_completions_end_to_end",),
+    # trains through the CLI (6 s); the shared-prefix loss and the warm start's units stay
+    "test_warm_start.py": ("test_cli_batched_cosine_warm_start",),
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    seen: dict[str, set[str]] = {}
+    for item in items:
+        module = item.path.name
+        name = getattr(item, "originalname", item.name)
+        seen.setdefault(module, set()).add(name)
+        for fixture, mark in FIXTURE_MARKS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(mark)
+        for mark in MODULE_MARKS.get(item.path.stem, ()):
+            item.add_marker(mark)
+        if name in SLOW.get(module, ()):
+            item.add_marker("slow")
+    stale = [f"{m}::{n}" for m, names in SLOW.items() if m in seen for n in names if n not in seen[m]]
+    if stale and not any("::" in a for a in config.args):  # a module collected whole lacks them
+        raise pytest.UsageError(f"tests/conftest.py SLOW names tests that do not exist: {stale}")

@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from optional import require
 from train_data import make_rows, write_examples
 
 from rlcycle.cli.options import registry_dir
@@ -29,7 +30,7 @@ from rlcycle.deploy.vllm import PREFIX, Local, max_diff
 from rlcycle.policy.manifest import write_manifest
 from rlcycle.policy.registry import Registry
 
-pytest.importorskip("peft")
+require("peft")
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "serve-s3cret"

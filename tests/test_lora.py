@@ -14,6 +14,7 @@ import sys
 
 import pytest
 import torch
+from optional import require
 from safetensors.torch import load_file
 from train_data import make_base, make_rows, write_examples
 
@@ -24,7 +25,7 @@ from rlcycle.train import checkpoint as C
 from rlcycle.train import stage
 from rlcycle.train.config import LoraConfig, TrainConfig
 
-pytest.importorskip("peft")
+require("peft")
 
 LORA = LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
 

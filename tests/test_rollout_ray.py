@@ -12,6 +12,7 @@ import os
 import signal
 
 import pytest
+from optional import require
 from test_runner import make_suite, scrub
 
 from rlcycle.agent.runner import RunnerConfig
@@ -19,7 +20,7 @@ from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 from rlcycle.sandbox.cleanup import list_leftovers
 from rlcycle.simulate import SimulateConfig, run
 
-ray = pytest.importorskip("ray")
+ray = require("ray")
 pytestmark = pytest.mark.docker
 
 STORE = 80 * 1024 * 1024  # bytes of object store per node: results are small

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from optional import require
 from safetensors.torch import load_file
 from train_data import VOCAB, make_base, write_examples
 
@@ -234,7 +235,7 @@ def test_resume_with_shared_prefixes_ends_with_the_same_weights(base, examples, 
 
 
 def test_lora_with_shared_prefixes_equals_lora_without(base, examples, tmp_path):
-    pytest.importorskip("peft")
+    require("peft")
     from rlcycle.train.config import LoraConfig
 
     lora = LoraConfig(r=4, alpha=8.0, dropout=0.0, target_modules=["q_proj", "v_proj"])

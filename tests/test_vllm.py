@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from optional import require
 from train_data import make_rows, write_examples
 
 from rlcycle.policy.base import SamplingParams
@@ -26,7 +27,7 @@ from rlcycle.policy.http import HTTPPolicy
 from rlcycle.policy.registry import checkpoint_id
 from rlcycle.policy.served import adapter_name
 
-pytest.importorskip("peft")
+require("peft")
 
 
 def _local(path: Path) -> HFPolicy:

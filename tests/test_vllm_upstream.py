@@ -32,13 +32,14 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from optional import require
 from train_data import make_rows, write_examples
 
 from rlcycle.gateway.engine import session_bucket
 from rlcycle.policy.registry import checkpoint_id
 from rlcycle.policy.served import adapter_name
 
-pytest.importorskip("peft")
+require("peft")
 pytestmark = pytest.mark.slow
 
 CLIENTS = 6
