@@ -16,7 +16,6 @@ import pytest
 from test_deploy import make_ckpt
 
 from rlcycle.cli.options import registry_dir
-from rlcycle.deploy import vllm as vllm_hook
 from rlcycle.policy import manifest as M
 from rlcycle.policy.registry import CheckpointChanged, Registry, checkpoint_id, verify_checkpoint
 
@@ -213,15 +212,15 @@ def test_missing_extra_and_resized_files_are_named(cli, ckpts):
     assert f"CHANGED  {other}" in r.stdout and "rlcycle.manifest.json: not a valid manifest" in r.stdout
 
 
-def test_the_vllm_hook_refuses_a_changed_checkpoint_before_touching_the_server(cli, ckpts, capsys):
+def test_the_vllm_hook_refuses_a_changed_checkpoint_before_touching_the_server(cli, ckpts):
     cid = cli(["registry", "add", ckpts[0]]).stdout.strip()
     copy = registry_copy(cid)
-    args = ["--url", "http://127.0.0.1:9", "--checkpoint", str(copy), "--id", cid]
-    assert vllm_hook.main(args) == 2  # intact: past the check, refused as a full fine-tune
-    assert "no LoRA adapter" in capsys.readouterr().err
+    args = ["deploy-vllm", "--url", "http://127.0.0.1:9", "--checkpoint", str(copy), "--id", cid]
+    r = cli(args)  # intact: past the check, refused as a full fine-tune (nothing listens on :9)
+    assert r.exit_code == 2 and "no LoRA adapter" in r.error
     zero_64_bytes(copy / "model.safetensors")
-    assert vllm_hook.main(args) == 2
-    assert "model.safetensors: changed" in capsys.readouterr().err
+    r = cli(args)
+    assert r.exit_code == 2 and "model.safetensors: changed" in r.error
 
 
 # --- checkpoints made before manifests --------------------------------------------------------

@@ -601,8 +601,3 @@ def hook(args: HookOptions) -> tuple[Report, str]:
     report = run(args)
     return report, _summary(report)
 
-
-if __name__ == "__main__":  # `python -m rlcycle.deploy.vllm ...`: hooks configured before `rlcycle deploy-vllm`
-    from rlcycle.cli import run as run_cli
-
-    sys.exit(run_cli(["deploy-vllm", *sys.argv[1:]]))
