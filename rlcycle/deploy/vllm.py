@@ -600,4 +600,3 @@ def hook(args: HookOptions) -> tuple[Report, str]:
         raise InputError("deploy-vllm: " + "; ".join(problems), hint="e.g. --tolerance 0.05")
     report = run(args)
     return report, _summary(report)
-
