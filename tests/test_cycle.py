@@ -111,8 +111,20 @@ def test_a_second_cycle_is_refused_and_a_dead_holders_lock_is_taken_over(cli, tm
 
 def test_a_refused_gate_deploys_nothing(cli, tmp_path, docker_client):
     cfg = tmp_path / "cycle.toml"
-    cfg.write_text(FAST + "latency_budget_ms = 0.001\n")
-    r = cli(["cycle", "--run-dir", tmp_path / "run", "--config", cfg, "--json", "-q"])
+    cfg.write_text(FAST)
+    r = cli(
+        [
+            "cycle",
+            "--run-dir",
+            tmp_path / "run",
+            "--config",
+            cfg,
+            "--set",
+            "eval.gates.latency_budget_ms=0.001",
+            "--json",
+            "-q",
+        ]
+    )
     assert r.exit_code == 3, r.error
     s = json.loads(r.stdout)
     assert s["decision"] == "refuse" and s["deployed"] is None
