@@ -231,7 +231,7 @@ def test_with_the_prefix_cache_eval_rows_are_identical_and_events_differ_only_in
             sandboxes=2,
             runner=RunnerConfig(max_turns=2, max_new_tokens=24, temperature=temperature),
             seed=3,
-            prefix_cache_tokens=n,
+            policy=PolicyConfig(prefix_cache_tokens=n),
         )
         simulate(config, str(cand), root, out, quiet=True)
         events.append(scrub([json.loads(line) for line in out.read_text().splitlines()]))

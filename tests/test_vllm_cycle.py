@@ -112,8 +112,8 @@ def test_two_cycles_on_vllm_the_second_samples_the_first_ones_adapter(vllm, dock
         # cycle 1 sampled the base from vLLM, eval ran both arms there, deploy loaded v1's adapter
         assert {e["policy_version"] for e in _samples(_events(c1))} == {base_id}
         verdict = json.loads(c1.file("verdict").read_text())
-        assert verdict["candidate_ref"].startswith(vllm.url + "#") and verdict["candidate_id"] == v1
-        assert verdict["baseline_ref"].startswith(vllm.url + "#") and verdict["baseline_id"] == base_id
+        assert verdict["config"]["policy"]["server"] == vllm.url  # both arms asked for on vLLM
+        assert verdict["candidate_id"] == v1 and verdict["baseline_id"] == base_id
         assert r1.deployed == v1 and reg.aliases()["production"] == v1
         listed = {m["id"] for m in httpx.get(vllm.url + "/v1/models").json()["data"]}
         assert v1_name in listed
