@@ -8,9 +8,13 @@ compared as the bytes both logs write (`json.dumps(..., ensure_ascii=False, sepa
 that: the gateway's wall-clock `ts` and measured `latency_ms`. The simulator's clock is
 simulated, so its `ts` is compared as it is.
 
-The gateway serves a scripted `ReplayPolicy` (a stand-in for the model only: the gateway, the
-harness, the parser, the HTTP hop and the log are real); an `Idempotency-Key` per request makes
-its sample ids repeatable. Regenerate only on purpose, with RLCYCLE_WRITE_GOLDEN=1.
+Three producers' paths: `SessionLog` driven directly (exact time, no Docker), a scripted episode
+through the runner in a real Docker sandbox (`run_episodes`, with the simulated user's late
+signals; there tool durations are measured too, so `ts`, `latency_ms`, `duration_ms` and
+`observed_after_s` are normalised), and the gateway serving a scripted `ReplayPolicy` (a
+stand-in for the model only: the gateway, the harness, the parser, the HTTP hop and the log are
+real); an `Idempotency-Key` per request makes its sample ids repeatable. Regenerate only on
+purpose, with RLCYCLE_WRITE_GOLDEN=1 and PYTHONPATH pointing at the code whose bytes are wanted.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import httpx
 import pytest
 
 from rlcycle.agent.events import SessionLog, SimClock, parse_time_ms
+from rlcycle.agent.runner import RunnerConfig, run_episodes
 from rlcycle.gateway import GatewayConfig, start
 from rlcycle.policy.scripted import ReplayPolicy
 
@@ -102,6 +107,41 @@ def test_simulator_events_are_byte_identical_to_the_golden():
     _check("events_simulator.jsonl", _session("s0-t1-a0", 256) + _session(None, None))
 
 
+def _normalised(events: list[dict], measured: tuple[str, ...]) -> list[dict]:
+    """The events with each measured value replaced in place (so the key order is kept)."""
+    out = []
+    for ev in events:
+        ev = dict(ev)
+        for k in measured:
+            if k in ev:
+                ev[k] = "TS" if k == "ts" else 0.0
+        out.append(ev)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pool(docker_client):
+    from rlcycle.sandbox import SandboxPool
+
+    with SandboxPool(size=1) as p:
+        yield p
+
+
+def test_runner_events_are_byte_identical_to_the_golden(pool, tmp_path):
+    """tests/test_runner.py's replayed trajectory (read, an invalid patch, a patch, a shell call,
+    finish) with the simulated user: every event the runner logs, in order."""
+    from rlcycle.policy.scripted import load_tokenizer
+    from tests.test_runner import REPLAY, make_suite
+
+    task = make_suite(tmp_path)[0]
+    policy = ReplayPolicy(load_tokenizer(None), REPLAY, name="replay-1")
+    config = RunnerConfig(temperature=0.7, run_id="golden")
+    [r] = run_episodes(policy, "replay-1", [task], pool, config, seed=0, simulate_user=True)
+    assert r.status == "pass" and r.turns == len(REPLAY)
+    measured = ("ts", "latency_ms", "duration_ms", "observed_after_s")
+    _check("events_runner.jsonl", _normalised(r.events, measured))
+
+
 # --- the gateway --------------------------------------------------------------------------------
 
 
@@ -144,11 +184,7 @@ def _gateway_events(running) -> list[dict]:
     events = []
     for f in sorted(Path(running.gateway.config.log_dir).glob("*.jsonl")):
         events += [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
-    for ev in events:  # wall clock and measured time: the only values that cannot repeat
-        ev["ts"] = "TS"
-        if "latency_ms" in ev:
-            ev["latency_ms"] = 0.0
-    return events
+    return _normalised(events, ("ts", "latency_ms"))  # wall clock and measured time: all that cannot repeat
 
 
 def test_gateway_events_are_byte_identical_to_the_golden(gateway):
