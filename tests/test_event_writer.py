@@ -191,3 +191,36 @@ def test_gateway_events_are_byte_identical_to_the_golden(gateway):
     events = _gateway_events(gateway)
     assert [e["type"] for e in events] == ["completion", "tool_result", "completion", "completion", "completion"]
     _check("events_gateway.jsonl", events)
+
+
+# --- the writer's own rules ----------------------------------------------------------------------
+
+
+def test_drawn_refuses_a_sampling_record_that_contradicts_it():
+    from rlcycle.agent.events import Drawn
+
+    record = {"temperature": 0.7, "top_p": 1.0, "seed": 3, "greedy": False}
+    assert Drawn(False, 1.0, 3, record, "stop", None).seed == 3
+    with pytest.raises(ValueError, match="seed"):
+        Drawn(False, 1.0, 4, record, "stop", None)  # the event would name two seeds
+
+
+def test_only_the_writer_lays_out_prompts_and_completions():
+    """No producer module builds completion fields by hand again: the keys appear as string
+    literals only in rlcycle/agent/events.py (where `prompt_fields` is the prompt's one place)."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "rlcycle"
+    keys = {"prompt_ids", "completion_ids", "completion_logprobs"}
+    found = []
+    for part in ("agent", "gateway", "simulate", "rollout", "evaluation"):
+        for path in sorted((root / part).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Dict):
+                    named = {k.value for k in node.keys if isinstance(k, ast.Constant)} & keys
+                    if named:
+                        found.append((path.relative_to(root).as_posix(), sorted(named)))
+    assert found == [
+        ("agent/events.py", ["prompt_ids"]),
+        ("agent/events.py", ["completion_ids", "completion_logprobs"]),
+    ]
