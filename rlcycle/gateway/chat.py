@@ -4,7 +4,8 @@ In: a request body (`parse_request` checks it and names the field of any problem
 `param`), then the sampled `Generation`. Out: the response object (`response_body`, OpenAI's
 `chat.completion` with parsed `tool_calls`), its SSE chunks (`stream_chunks`) and the events it
 is logged as (`completion_events`: one `completion`, plus one `tool_result` with status
-`invalid` per invalid call, exactly as `simulate` logs them).
+`invalid` per invalid call, built by the writer `simulate` uses too:
+`rlcycle.agent.events.completion_event`).
 
 Rendering: the messages go through the harness's `ChatRenderer` with the request's tools (as
 `ToolSpec`s), so `prompt_ids` are exactly the ids the model is given. An assistant message the
@@ -37,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcycle.agent.events import iso
+from rlcycle.agent import events
 from rlcycle.errors import InputError
 from rlcycle.gateway.config import GatewayConfig
 from rlcycle.harness.parse import CLOSE, OPEN, ParsedCompletion
@@ -423,7 +424,7 @@ class Result:
     created: int = field(default_factory=lambda: int(time.time()))
 
     def call_id(self, i: int) -> str:
-        return f"{self.sample_id}-c{i}"
+        return events.call_id_of(self.sample_id, i)
 
     def message(self) -> tuple[str | None, list[dict[str, Any]], str]:
         """(content, tool_calls, finish_reason): valid calls lifted out, invalid ones left as text."""
@@ -524,58 +525,33 @@ def stream_chunks(results: list[Result], model: str, include_usage: bool) -> lis
 
 
 def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any]]:
-    """The `completion` event (and one `tool_result` per invalid call) in collect's schema."""
-    ts = iso(time.time() * 1000)
+    """The `completion` event (and one `tool_result` per invalid call) in collect's schema,
+    built by the one writer the simulator uses too (`rlcycle.agent.events.completion_event`).
+
+    `sampling` is the request's record (`ChatRequest.sampling`, with this choice's seed): what
+    the event names as the distribution behind its logprobs."""
+    ts_ms = time.time() * 1000
     calls = r.parsed.calls
-    ev = {
-        "event_id": f"{r.sample_id}-completion",
-        "type": "completion",
-        "ts": ts,
-        "session_id": r.session_id,
-        "episode_id": r.episode_id,
-        "sample_id": r.sample_id,
-        "turn": r.turn,
-        "policy_version": r.checkpoint_id,
-        "prompt_ids": r.prompt_ids,
-        "completion_ids": r.gen.token_ids,
-        "completion_logprobs": r.gen.logprobs,
-        "completion_text": r.text if r.logged_text is None else r.logged_text,
-        "tool_calls": [
-            {"call_id": r.call_id(i), "name": c.name, "arguments": c.arguments_json} for i, c in enumerate(calls)
-        ],
-        "latency_ms": round(float(r.gen.latency_ms), 3),
-        "temperature": sampling["temperature"],
-        "max_new_tokens": sampling["max_tokens"],  # the request's limit: Dr. GRPO's M in train
-        # Extensions: collect carries greedy and top_p into trajectories, and train drops those
-        # rows from the importance-corrected update (their logged logprobs are not the behaviour's).
-        "greedy": sampling["greedy"],
-        "top_p": sampling["top_p"],
-        "seed": sampling["seed"],
-        "sampling": sampling,
-        "finish_reason": r.gen.finish_reason,
-        "cut": r.cut,
-        "choice_index": r.index,
-        "id_rules": r.id_rules,
-        "parent_sample_id": r.parent_sample_id,
-        "api": r.api,
-        "request_id": r.request_id,
-        "served_as": r.role,
-        "n_unlisted_calls": r.parsed.n_unlisted,
-    }
-    out = [ev]
+    sample = events.Sample(
+        r.session_id,
+        r.episode_id,
+        r.sample_id,
+        r.turn,
+        ts_ms,
+        r.prompt_ids,
+        r.gen.token_ids,
+        r.gen.logprobs,
+        r.text if r.logged_text is None else r.logged_text,
+        [(c.name, c.arguments_json) for c in calls],
+        r.gen.latency_ms,
+    )
+    # max_new_tokens is the request's limit: Dr. GRPO's M in train.
+    served = events.Served(r.checkpoint_id, sampling["temperature"], sampling["max_tokens"])
+    drawn = events.Drawn(sampling["greedy"], sampling["top_p"], sampling["seed"], sampling, r.gen.finish_reason, r.cut)
+    call = events.GatewayCall(r.index, r.id_rules, r.parent_sample_id, r.api, r.request_id, r.role, r.parsed.n_unlisted)
+    out = [events.completion_event(sample, served, drawn, call)]
     for i, c in enumerate(calls):
         if not c.valid:
-            out.append(
-                {
-                    "event_id": f"{r.call_id(i)}-result",
-                    "type": "tool_result",
-                    "ts": ts,
-                    "session_id": r.session_id,
-                    "sample_id": r.sample_id,
-                    "call_id": r.call_id(i),
-                    "status": "invalid",
-                    "error": f"{c.code}: {c.reason}",
-                    "duration_ms": 0.0,
-                }
-            )
+            error = f"{c.code}: {c.reason}"
+            out.append(events.tool_result_event(r.session_id, ts_ms, r.sample_id, r.call_id(i), "invalid", error, 0.0))
     return out
