@@ -211,6 +211,7 @@ def run_size(layout: Layout, turns: int, args, root: Path, base: Path, version: 
     here = root / layout.name / f"turns-{turns}"
     events, traj, ex = here / "events", here / "trajectories.arrow", here / "examples.arrow"
     shape = session_events.Shape(args.prompt0, args.generated, args.tool_output)
+    shutil.rmtree(events, ignore_errors=True)  # a --keep dir of an earlier run: start clean
     gen = layout.write_events(events, args.sessions, turns, vocab, version, args.seed, shape)
     files = sorted(events.glob("events-*"))
     cli = list(layout.cli)
@@ -417,28 +418,38 @@ def _side(r: dict) -> str:
 
 
 def parse_args():
-    ap = benchkit.parser(__doc__, runs=1, runs_help="runs of each stage per size (default 1: the 10-minute budget)")
-    ap.add_argument("--turns", default="10,50,200", help="comma-separated turns per session (sizes)")
+    ap = benchkit.parser(__doc__, runs=1, runs_help="runs of each stage per size, within the ~10-minute budget")
+    ap.add_argument(
+        "--turns", default="10,50,200", help="comma-separated turns per session, the sizes (default %(default)s)"
+    )
     ap.add_argument("--sessions", type=benchkit.positive, default=4, help="sessions per size (default 4)")
-    ap.add_argument("--train-steps", type=benchkit.positive, default=2, help="optimizer steps per train run")
+    ap.add_argument(
+        "--train-steps", type=benchkit.positive, default=2, help="optimizer steps per train run (default %(default)s)"
+    )
     ap.add_argument(
         "--layout",
         default=BASELINE_LAYOUT,
         help=f"comma-separated layouts to run on the same sessions: {', '.join(LAYOUTS)} "
         f"(the {BASELINE_LAYOUT} layout always runs, as the baseline)",
     )
-    ap.add_argument("--seed", type=int, default=0, help="same seed, same sessions")
+    ap.add_argument("--seed", type=int, default=0, help="same seed, same sessions (default %(default)s)")
     ap.add_argument(
-        "--prompt0", type=benchkit.positive, default=session_events.Shape.prompt0, help="first prompt, tokens"
+        "--prompt0",
+        type=benchkit.positive,
+        default=session_events.Shape.prompt0,
+        help="tokens of the first prompt (default %(default)s)",
     )
     ap.add_argument(
-        "--generated", type=benchkit.positive, default=session_events.Shape.generated, help="tokens generated a turn"
+        "--generated",
+        type=benchkit.positive,
+        default=session_events.Shape.generated,
+        help="tokens generated a turn (default %(default)s)",
     )
     ap.add_argument(
         "--tool-output",
         type=benchkit.positive,
         default=session_events.Shape.tool_output,
-        help="tool-output tokens a turn",
+        help="tool-output tokens a turn (default %(default)s)",
     )
     ap.add_argument("--keep", type=Path, help="work here and keep the files (default: a temp dir, removed)")
     args = ap.parse_args()
@@ -469,6 +480,7 @@ def make_base(root: Path) -> tuple[Path, str, int]:
             str(base),
             "--set",
             "max_position_embeddings=8192",
+            "--force",
             "--json",
         ]
     )
