@@ -36,7 +36,7 @@ stages. Today there is one, `current` (full prompts in every completion event, r
 trajectories and examples, per-row training). A new layout is one more `Layout` in LAYOUTS: it
 is run on the same sessions, beside `current`, in the same run, and every table gains its rows.
 
-    .venv/bin/python scripts/bench_sessions.py                    # 10, 50, 200 turns (~6-8 min here)
+    .venv/bin/python scripts/bench_sessions.py                    # 10, 50, 200 turns, 4 sessions (12 min on a shared 2-core machine, train ~95 %)
     .venv/bin/python scripts/bench_sessions.py --turns 2,4 --sessions 2 --train-steps 1 --runs 1 --json
     .venv/bin/python scripts/bench_sessions.py --turns 10,20,40 --sessions 8 --runs 3
 """
