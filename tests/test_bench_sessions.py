@@ -1,0 +1,92 @@
+"""scripts/bench_sessions.py and its generator, scripts/session_events.py, at a tiny size.
+
+In: sessions of 2 and 4 turns (small turns: 40-token first prompt, 20 generated + 80 of tool
+output), generated, collected, distilled and trained through the real CLI by the bench. Out:
+the generator's sessions extend token for token and are seeded; the bench's `--json` object has
+its documented shape, every stage's ids-per-unique-token grows with turns for today's layout
+(prompts are repeated), train's counts agree with the replayed plan, and the growth table has an
+exponent per cost. Nothing about speed is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import session_events  # noqa: E402
+
+SMALL = session_events.Shape(prompt0=40, generated=20, tool_output=80)
+
+
+def _completions(out: Path) -> list[dict]:
+    lines = [json.loads(x) for f in sorted(out.glob("events-*.jsonl")) for x in f.read_text().splitlines()]
+    return [e for e in lines if e["type"] == "completion"]
+
+
+def test_each_prompt_extends_the_last_prompt_completion_and_tool_output(tmp_path):
+    summary = session_events.generate(tmp_path / "a", 2, 5, vocab=512, policy_version="v0", seed=3, shape=SMALL)
+    comps = _completions(tmp_path / "a")
+    assert summary["events"] == 2 * (2 * 5 + 1)  # completion + tool_result a turn, feedback a session
+    for sid in {e["session_id"] for e in comps}:
+        turns = sorted((e for e in comps if e["session_id"] == sid), key=lambda e: e["turn"])
+        assert [e["turn"] for e in turns] == list(range(5))
+        for a, b in zip(turns, turns[1:], strict=False):
+            history = a["prompt_ids"] + a["completion_ids"]
+            assert b["prompt_ids"][: len(history)] == history
+            assert len(b["prompt_ids"]) == len(history) + SMALL.tool_output
+        last = turns[-1]
+        assert len(last["prompt_ids"]) + len(last["completion_ids"]) == SMALL.unique_tokens(5)
+        assert all(len(e["completion_logprobs"]) == len(e["completion_ids"]) == SMALL.generated for e in turns)
+        assert all(16 <= i < 512 for e in turns for i in e["prompt_ids"])
+    logged = sum(len(e["prompt_ids"]) + len(e["completion_ids"]) for e in comps)
+    assert logged == summary["logged_ids"] == 2 * SMALL.logged_ids(5)
+    # Seeded: the same arguments give the same bytes.
+    session_events.generate(tmp_path / "b", 2, 5, vocab=512, policy_version="v0", seed=3, shape=SMALL)
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert all((tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() for n in files)
+
+
+def test_the_bench_reports_the_curve_of_todays_layout(tmp_path):
+    cmd = [sys.executable, str(SCRIPTS / "bench_sessions.py"), "--turns", "2,4", "--sessions", "2"]
+    cmd += ["--train-steps", "1", "--runs", "1", "--json", "--keep", str(tmp_path)]
+    cmd += ["--prompt0", "40", "--generated", "20", "--tool-output", "80"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)  # one object on stdout; progress went to stderr
+    assert res["bench"] == "bench_sessions" and res["runs"] == 1
+    assert res["extra"]["config"]["layouts"] == ["current"]
+    sizes = res["extra"]["sizes"]
+    assert [(s["layout"], s["turns"]) for s in sizes] == [("current", 2), ("current", 4)]
+    for s in sizes:
+        assert s["samples"] == 2 * s["turns"]  # collect kept every call
+        assert s["unique_tokens"] == 2 * SMALL.unique_tokens(s["turns"])
+        assert set(s["stages"]) == {"events", "trajectories", "examples"}
+        for stage in s["stages"].values():
+            assert stage["ids"] > 0 and stage["bytes"] > 0
+            assert stage["ids_per_unique"] == stage["ids"] / s["unique_tokens"]
+        # today every row stores its whole prompt, at every stage
+        assert s["stages"]["trajectories"]["ids"] == s["stages"]["events"]["ids"] == 2 * SMALL.logged_ids(s["turns"])
+        assert s["stages"]["examples"]["ids"] == s["stages"]["trajectories"]["ids"]
+        assert len(s["collect"]["seconds"]) == len(s["collect"]["rss_mb"]) == 1
+        t = s["train"]
+        assert t["plan_matches"], t
+        assert t["rows_in"] == t["rows_used"] == t["rows_trained"] == 2 * s["turns"] and t["dropped"] == {}
+        assert t["unique_trained"] == s["unique_tokens"]  # every row trained: the whole data
+        assert t["seq_tokens"] == s["stages"]["examples"]["ids"]
+        assert t["forward_tokens"] > 0 and len(t["s_per_step"]) == 1
+    # The point of today's layout: ids stored per unique token grow with the turns, at every stage.
+    small, big = sizes
+    for stage in ("events", "trajectories", "examples"):
+        assert big["stages"][stage]["ids_per_unique"] > small["stages"][stage]["ids_per_unique"]
+    assert big["train"]["seq_per_unique"] > small["train"]["seq_per_unique"]
+    grow = {g["cost"]: g for g in res["extra"]["growth"]}
+    assert {"events_ids", "trajectories_bytes", "collect_s", "distill_rss", "train_forward", "unique"} <= set(grow)
+    assert grow["events_ids"]["exponent"] > grow["unique"]["exponent"]  # super-linear in unique tokens
+    assert {t["title"] for t in res["tables"]} >= {"collect: wall seconds", "train: seconds per optimizer step"}
+    assert all(r["ratio"] == 1.0 for t in res["tables"] for r in t["rows"] if r["side"] == "current, 2 turns")
