@@ -395,7 +395,13 @@ def _coerce(value: Any, tp: Any, from_string: bool) -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None or (from_string and str(value).lower() in ("none", "null", "")):
             return None
-        return _coerce(value, args[0], from_string)
+        # `bool | str` (gradient_checkpointing = true / "auto"): the first type that takes it.
+        for arg in args[:-1]:
+            try:
+                return _coerce(value, arg, from_string)
+            except (TypeError, ValueError):
+                continue
+        return _coerce(value, args[-1], from_string)
     if origin in (list, tuple):
         (item_tp, *_) = typing.get_args(tp) or (str,)
         if from_string and isinstance(value, str):

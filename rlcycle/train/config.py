@@ -17,6 +17,7 @@ DEFAULT_NORMALIZATION = {"ppo": "token", "grpo": "sequence", "dr_grpo": "constan
 IS_MODES = ("none", "truncate", "mask")
 KL_ESTIMATORS = ("k1", "k2", "k3", "k3_ratio")
 BATCHING = ("packed", "bucketed", "padded")
+CONTEXT_PARALLEL = ("off", "accelerate", "ulysses")
 
 
 @dataclass
@@ -100,7 +101,11 @@ class TrainConfig:
     max_policy_lag: int | None = cfg(
         1, help="Drop rows from versions more than this many versions behind the newest (none or -1 = no check)."
     )
-    max_seq_len: int = cfg(8192, help="Rows longer than this (prompt + completion) are dropped and counted.")
+    max_seq_len: int | None = cfg(
+        None,
+        help="Rows longer than this (prompt + completion) are dropped and counted (too_long). none = the "
+        "model's max_position_embeddings (no length limit when its config names none; docs/train.md).",
+    )
     # --- batching ---------------------------------------------------------------------------
     batch_size: int = cfg(64, help="Rows per optimizer step across all processes (the global batch).")
     epochs: int = cfg(1, help="Passes over the examples.")
@@ -116,6 +121,11 @@ class TrainConfig:
         8192, help="Token budget of one forward pass per process (packed/bucketed; padding counts)."
     )
     micro_batch_size: int = cfg(8, help="Rows per forward pass (padded batching only).")
+    logprob_chunk_tokens: int = cfg(
+        4096,
+        help="Completion positions whose vocabulary-sized logits are computed at once; each chunk is "
+        "recomputed in backward, so a long sequence never holds all its logits (0 = all at once).",
+    )
     share_prefix: bool = cfg(
         True,
         help="Run the token prefix that all rows of a forward pass share (system prompt, tools) once, "
@@ -136,7 +146,22 @@ class TrainConfig:
     max_skipped_steps: int = cfg(3, help="Abort when more steps than this had a non-finite loss or gradient.")
     # --- precision and memory ---------------------------------------------------------------
     precision: str = cfg("auto", help="auto (bf16 autocast where the GPU supports it, else fp32), fp32 or bf16.")
-    gradient_checkpointing: bool = cfg(False, help="Recompute activations in backward (less memory, ~30% slower).")
+    gradient_checkpointing: bool | str = cfg(
+        "auto",
+        help="Recompute activations in backward (less memory, ~30% slower): true, false, or auto (on "
+        "for a forward pass of more than checkpoint_above_tokens tokens; docs/train.md).",
+    )
+    checkpoint_above_tokens: int | None = cfg(
+        None,
+        help="gradient_checkpointing = auto: checkpoint a forward pass with more token slots than this "
+        "(none = micro_batch_tokens, so only a row longer than one pass is checkpointed).",
+    )
+    context_parallel: str = cfg(
+        "off",
+        help="Split one long sequence over devices: off, accelerate (torch context parallel with FSDP2) "
+        "or ulysses (DeepSpeed Ulysses through Accelerate). Needs >= 2 GPUs and NCCL; docs/train.md.",
+    )
+    context_parallel_size: int = cfg(2, help="Devices one sequence is split over (context_parallel on).")
     attn_implementation: str = cfg("sdpa", help="transformers attention: sdpa, eager or flash_attention_2.")
     save_dtype: str = cfg("base", help="dtype of the saved weights: base (as the base checkpoint), fp32 or bf16.")
     cpu: bool = cfg(False, help="Train on CPU even when a GPU is visible.")
@@ -162,8 +187,14 @@ class TrainConfig:
 
     @property
     def shares_prefix(self) -> bool:
-        """share_prefix in force: gradient checkpointing drops a layer's KV cache, so it turns it off."""
-        return self.share_prefix and not self.gradient_checkpointing
+        """share_prefix in force: gradient checkpointing drops a layer's KV cache, so `true` turns it
+        off (`auto` keeps it: a shared pass fits the budget and is never checkpointed)."""
+        return self.share_prefix and self.gradient_checkpointing is not True
+
+    @property
+    def checkpoint_threshold(self) -> int:
+        """gradient_checkpointing = auto: passes with more token slots than this are checkpointed."""
+        return self.checkpoint_above_tokens or self.micro_batch_tokens
 
     @property
     def norm(self) -> str:
@@ -191,14 +222,16 @@ class TrainConfig:
         check_range(
             p,
             self,
-            ("batch_size", "epochs", "micro_batch_tokens", "micro_batch_size", "max_seq_len", "min_shared_prefix"),
+            ("batch_size", "epochs", "micro_batch_tokens", "micro_batch_size", "min_shared_prefix"),
             ge=1,
         )
-        if self.max_seq_len > self.micro_batch_tokens and self.batching != "padded":
-            p.append(
-                f"max_seq_len={self.max_seq_len} > micro_batch_tokens={self.micro_batch_tokens}: "
-                "a row must fit one forward pass"
-            )
+        # A row longer than micro_batch_tokens is not refused: it runs alone in its own pass.
+        check_range(p, self, ("max_seq_len", "checkpoint_above_tokens"), ge=1, optional=True)
+        check_range(p, self, "logprob_chunk_tokens", ge=0)
+        check_range(p, self, "context_parallel_size", ge=2)
+        if not isinstance(self.gradient_checkpointing, bool) and self.gradient_checkpointing != "auto":
+            p.append(f"gradient_checkpointing={self.gradient_checkpointing!r}: must be true, false or auto")
+        _choice(p, "context_parallel", self.context_parallel, CONTEXT_PARALLEL)
         check_range(p, self, ("max_steps", "stop_after"), ge=1, optional=True)
         check_range(
             p,

@@ -20,7 +20,8 @@ on is dropped *and counted by reason*, in this order (a row counts once, for its
                              the renormalised nucleus's, train scores the full vocabulary
     bad_temperature          use_sample_temperature and `temperature` <= 0 or not finite
     token_out_of_vocab       an id outside the model's embedding table
-    too_long                 prompt + completion longer than max_seq_len
+    too_long                 prompt + completion longer than max_seq_len (none: the model's context
+                             length, set by train's stage; a row longer than one pass still trains)
     unknown_policy_version   `policy_version` not in the known version list
     stale                    more than max_policy_lag versions behind the newest
 
@@ -235,7 +236,7 @@ def load_examples(paths: list[str], config: TrainConfig, versions: list[str], vo
         ("truncated_sampling", top_p < 1),
         ("bad_temperature", bad_temp),
         ("token_out_of_vocab", oov > 0),
-        ("too_long", (plen + clen) > config.max_seq_len),
+        ("too_long", (plen + clen) > (config.max_seq_len or np.iinfo(np.int64).max)),  # none: no limit
         ("unknown_policy_version", lag == -1),
         ("stale", lag == -2),
     ]

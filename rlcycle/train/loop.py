@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from rlcycle import io as rio
 from rlcycle.errors import RlcycleError
 from rlcycle.train import data as D
+from rlcycle.train import longseq as LS
 from rlcycle.train import loss as L
 from rlcycle.train import memory as M
 from rlcycle.train import prefix as PX
@@ -57,7 +58,13 @@ def make_accelerator(config: TrainConfig):
     precision = resolve_precision(config, cpu)
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     _forget_other_precision(precision, cpu, launched)
-    acc = Accelerator(cpu=cpu, mixed_precision=precision, step_scheduler_with_optimizer=False)
+    LS.check_context_parallel(config)  # refused up front, naming all it lacks (docs/train.md)
+    acc = Accelerator(
+        cpu=cpu,
+        mixed_precision=precision,
+        step_scheduler_with_optimizer=False,
+        **({"parallelism_config": LS.parallelism_config(config, launched)} if config.context_parallel != "off" else {}),
+    )
     if acc.num_processes != launched:
         raise RlcycleError(
             f"the launcher started {launched} processes but Accelerate sees {acc.num_processes}",
@@ -107,12 +114,13 @@ def load_model(path: Path, config: TrainConfig, trainable: bool = True):
     if not trainable:
         model.requires_grad_(False)
         return model.eval()
-    if config.gradient_checkpointing:
+    if config.gradient_checkpointing:  # true, or auto: prepared here, switched per pass (longseq.py)
         # transformers 5 renamed it; 4.x only has the old name. Non-reentrant: works with DDP.
         if hasattr(model, "activation_checkpointing_enable"):
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        LS.set_checkpointing(model, config.gradient_checkpointing is True)
     return model.train()
 
 
@@ -149,14 +157,34 @@ def lr_lambda(config: TrainConfig, n_steps: int):
 # --- log-probabilities ---------------------------------------------------------------------------
 
 
-def completion_logprobs(model, batch: D.Batch, device) -> torch.Tensor:
+def completion_logprobs(model, batch: D.Batch, device, chunk_tokens: int = 0) -> torch.Tensor:
     """ℓ_t for every completion token of the batch, float32, flat in `keep` order.
 
-    Only the logits that score completion tokens are computed (`logits_to_keep` as a boolean
-    mask), so a long prompt costs no vocab-sized memory. log-softmax is taken in float32. A
-    shared-prefix pass runs its prefix once (prefix.py); the scoring below is the same.
+    Only completion positions are scored: prompt positions never reach the vocabulary-sized
+    head. `chunk_tokens` > 0 (TrainConfig.logprob_chunk_tokens): the model returns its final
+    hidden states and no logits, and longseq.chunked_logprobs applies the head that many
+    positions at a time, recomputing each chunk's logits in backward. 0: the completion
+    positions' logits at once (`logits_to_keep` as a boolean mask). log-softmax in float32. A
+    shared-prefix pass runs its prefix once (prefix.py); the scoring is the same.
     """
     keep = batch.keep.to(device)
+    if chunk_tokens > 0:
+        none = torch.zeros_like(keep)  # no logits from the forward: the head runs in chunks below
+        kw = {"logits_to_keep": none, "output_hidden_states": True}
+        if batch.prefix_ids is not None:
+            out = PX.suffix_forward(model, batch, device, **kw)
+        else:
+            out = model(
+                input_ids=batch.input_ids.to(device),
+                attention_mask=None if batch.attention_mask is None else batch.attention_mask.to(device),
+                position_ids=batch.position_ids.to(device),
+                use_cache=False,
+                **kw,
+            )
+        hidden = out.hidden_states[-1][keep]  # the final (normed) hidden states, completion positions
+        del out
+        temp = None if batch.temperature is None else batch.temperature.to(device)
+        return LS.chunked_logprobs(LS.output_head(model), hidden, batch.labels.to(device), temp, chunk_tokens)
     if batch.prefix_ids is not None:  # a shared-prefix pass (prefix.py)
         logits = PX.suffix_logits(model, batch, device, keep)
     else:
@@ -255,15 +283,17 @@ class Trainer:
         self.settings = L.LossSettings.from_config(config)
         self.m_tokens = D.max_completion_tokens(ex, config)
         self.skipped: list[int] = []
+        # Under FSDP lm_head is sharded outside the forward: the logits come from the forward.
+        self.chunk = 0 if LS.fsdp_wrapped(model) else config.logprob_chunk_tokens
 
     def _token_batch(self, batch: D.Batch) -> L.TokenBatch:
         dev = self.acc.device
         ref = None
         if self.ref is not None:
             with torch.no_grad():
-                ref = completion_logprobs(self.ref, batch, dev)
+                ref = completion_logprobs(self.ref, batch, dev, self.chunk)
         return L.TokenBatch(
-            logp=completion_logprobs(self.model, batch, dev),
+            logp=completion_logprobs(self.model, batch, dev, self.chunk),
             behavior_logp=batch.behavior.to(dev),
             advantage=batch.advantage.to(dev),
             coef=batch.coef.to(dev),
@@ -280,6 +310,8 @@ class Trainer:
         counts = torch.zeros(3, device=dev, dtype=torch.float64)  # tokens, slots, micro-batches
         for k, lines in enumerate(plan.micro):
             batch = D.collate(self.ex, lines, plan.coef_of, self.c.batching == "packed", plan.dummy)
+            if self.c.gradient_checkpointing == "auto":  # by this pass's length (longseq.py)
+                LS.set_checkpointing(self.model, LS.wants_checkpointing(self.c, batch))
             last = k == len(plan.micro) - 1
             # Only the last backward of a process all-reduces; the others accumulate locally.
             with contextlib.nullcontext() if last else self.acc.no_sync(self.model):

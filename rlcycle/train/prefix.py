@@ -166,6 +166,11 @@ def suffix_logits(model, batch, device, keep):
     """The logits that score the completion tokens of a shared-prefix batch (`batch.prefix_ids`
     set): the prefix once with gradient, then the suffixes on its KV cache. loop.py's
     `completion_logprobs` turns them into log-probabilities, as for an ordinary batch."""
+    return suffix_forward(model, batch, device, logits_to_keep=keep).logits
+
+
+def suffix_forward(model, batch, device, **kw):
+    """The suffix forward's model output (`kw`: logits_to_keep, output_hidden_states...)."""
     import torch
 
     prefix = batch.prefix_ids.to(device)[None]
@@ -191,9 +196,9 @@ def suffix_logits(model, batch, device, keep):
         attention_mask=batch.attention_mask.to(device),  # [B, P + L]: the prefix, then the row
         position_ids=batch.position_ids.to(device),  # P, P+1, ...: the positions in the full row
         use_cache=True,
-        logits_to_keep=keep,
+        **kw,
         **{cache_kw: cache},
-    ).logits
+    )
 
 
 def cache_kwarg(model) -> str:

@@ -39,7 +39,7 @@ from rlcycle.digest import file_sha256
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.train import checkpoint as C
 from rlcycle.train import data as D
-from rlcycle.train import loop, memory
+from rlcycle.train import longseq, loop, memory
 from rlcycle.train.config import TrainConfig
 
 METRICS_FILE = "train_metrics.arrow"
@@ -145,6 +145,7 @@ def run(
         if adapter_base["id"] != base_info.id:
             say(f"train: continuing the adapter of {base_info.path} (delta from {adapter_base['id']})")
     vocab = model.get_input_embeddings().num_embeddings
+    config = longseq.resolve_max_seq_len(config, model, say)  # none: the model's context length
     versions = list(config.policy_versions) or base_info.lineage
     ex = D.load_examples(paths, config, versions, vocab)
     _check_rows(ex, config, versions, paths)
