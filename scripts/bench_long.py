@@ -26,6 +26,13 @@ when its GGUF is not on disk (the cost of a step does not depend on the weights'
     .venv/bin/python scripts/bench_long.py                                  # 2k, 4k, 8k (~1 min)
     .venv/bin/python scripts/bench_long.py --lengths 8192,16384,32768,65536 --runs 1
     .venv/bin/python scripts/bench_long.py --lengths 8192 --smollm2 --runs 1 --json
+
+`--head-sweep`: instead, the logprob head alone (lm_head + log-softmax + gather, forward and
+backward, `rlcycle.train.longseq.chunked_logprobs`) over `--positions` completion positions
+with a `--vocab`-sized head of SmolLM2's width (576), one subprocess per `--chunks` size (0 =
+all at once, the baseline): seconds and peak RSS, to choose `logprob_chunk_tokens`.
+
+    .venv/bin/python scripts/bench_long.py --head-sweep --positions 13107 --vocab 49152 --chunks 0,512,1024,2048,4096
 """
 
 from __future__ import annotations
@@ -68,6 +75,10 @@ def parse_args():
     ap.add_argument("--sides", default=",".join(SIDES), help=f"comma list of {', '.join(SIDES)}")
     ap.add_argument("--smollm2", action="store_true", help="also SmolLM2-135M's shape at 8,192 tokens")
     ap.add_argument("--timeout", type=int, default=1200, help="seconds one side may run")
+    ap.add_argument("--head-sweep", action="store_true", help="measure the logprob head alone per chunk size")
+    ap.add_argument("--positions", type=int, default=13107, help="--head-sweep: completion positions")
+    ap.add_argument("--vocab", type=int, default=49152, help="--head-sweep: vocabulary size")
+    ap.add_argument("--chunks", default="0,1024,4096", help="--head-sweep: chunk sizes (0 = unchunked)")
     args = ap.parse_args()
     args.lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
     args.sides = [s for s in args.sides.split(",") if s.strip()]
@@ -214,8 +225,49 @@ def growth_lines(grid: list[dict], lengths: list[int]) -> list[str]:
     return out
 
 
+HEAD = """
+import sys, time, torch
+from rlcycle.train.longseq import chunked_logprobs
+positions, vocab, chunk = map(int, sys.argv[1:4])
+torch.manual_seed(0)
+head = torch.nn.Linear(576, vocab, bias=False)
+hidden = torch.randn(positions, 576, requires_grad=True)
+labels = torch.randint(0, vocab, (positions,))
+t = time.perf_counter()
+chunked_logprobs(head, hidden, labels, None, chunk or positions).sum().backward()
+print(time.perf_counter() - t)
+"""
+
+
+def head_sweep(args) -> int:
+    chunks = [int(c) for c in args.chunks.split(",")]
+    secs: dict[str, list[float]] = {}
+    rss: dict[str, list[float]] = {}
+    for chunk in chunks:
+        name = f"chunk {chunk}" if chunk else "unchunked"
+        for run in range(args.runs):
+            benchkit.progress(f"bench_long: head {name} run {run + 1}/{args.runs}")
+            p = benchkit.run_process(
+                [sys.executable, "-c", HEAD, str(args.positions), str(args.vocab), str(chunk)], env=env()
+            )
+            if p.returncode:
+                raise SystemExit(f"head sweep {name} failed: {p.stderr[-400:]}")
+            secs.setdefault(name, []).append(float(p.stdout.strip()))
+            rss.setdefault(name, []).append(p.rss_mb)
+    what = f"head {args.positions:,} positions x vocab {args.vocab:,}"
+    baseline = "unchunked" if 0 in chunks else next(iter(secs))
+    tables = [
+        benchkit.Table(f"{what}: forward + backward", "seconds", baseline, secs, False),
+        benchkit.Table(f"{what}: peak RSS", "MB", baseline, rss, False),
+    ]
+    benchkit.emit(args, "bench_long", tables)
+    return 0
+
+
 def main() -> int:
     args = parse_args()
+    if args.head_sweep:
+        return head_sweep(args)
     with tempfile.TemporaryDirectory(prefix="rlcycle-bench-long-") as tmp:
         root = Path(tmp)
         base = tiny_base(root)

@@ -216,7 +216,7 @@ def test_gradient_checkpointing_takes_a_bool_or_auto(value, want, tmp_path):
 @pytest.mark.parametrize(
     ("mode", "needs"),
     [
-        ("accelerate", [">= 2 CUDA GPUs", "NCCL", "FSDP2", "batching = bucketed"]),
+        ("accelerate", [">= 2 CUDA GPUs", "NCCL", "FSDP2", "a launch of a multiple of context_parallel_size=2"]),
         ("ulysses", [">= 2 CUDA GPUs", "NCCL", "DeepSpeed installed", "FlashAttention", "flash_attention_2"]),
     ],
 )
@@ -240,3 +240,45 @@ def test_context_parallel_config_is_built_when_the_requirements_hold():
     assert (pc.sp_size, pc.sp_backend, pc.sp_handler.sp_attn_implementation) == (2, "deepspeed", "flash_attention_2")
     assert LS.parallelism_config(TrainConfig(), 1) is None
     assert LS.context_parallel_missing(TrainConfig()) == []
+
+
+class ShardingStandIn:
+    """Stands in for Accelerate's context parallel, which cannot run here (no GPUs): it shards
+    every buffer along dim 1 in place, as `maybe_context_parallel` does (contiguous halves here;
+    torch balances 2 x cp chunks, which the bookkeeping below does not depend on)."""
+
+    def __init__(self, rank: int, size: int):
+        self.rank, self.size = rank, size
+
+    def maybe_context_parallel(self, buffers, buffer_seq_dims, no_restore_buffers):
+        import contextlib
+
+        for b in buffers:
+            n = b.shape[1] // self.size
+            b.data = b.data[:, self.rank * n : (self.rank + 1) * n].clone()
+        return contextlib.nullcontext()
+
+
+def test_context_parallel_pass_shards_every_per_token_tensor_alike(base, examples):
+    # The bookkeeping of loop.py's accelerate path: the cp ranks' local tokens are the pass's
+    # tokens, each with its own label, behaviour logprob, advantage, coefficient and row.
+    c = cfg(max_policy_lag=None, context_parallel="accelerate", context_parallel_size=2)
+    ex = load(examples, c)
+    coef = {r: 0.5 + r for r in range(7)}
+    whole = D.collate(ex, [[6]], coef, True)  # the long row alone: sharded
+    parts = []
+    for rank in range(2):
+        with LS.context_parallel_pass(ShardingStandIn(rank, 2), whole, c) as b:
+            assert b.input_ids.shape[1] == (LONG + 3) // 4 * 2  # padded to 2 x cp chunks, halved
+            assert b.keep.sum() == b.labels.numel() == b.coef.numel()
+            parts.append(b)
+    for name in ("labels", "behavior", "advantage", "coef", "mask", "row"):
+        torch.testing.assert_close(torch.cat([getattr(p, name) for p in parts]), getattr(whole, name), msg=name)
+    assert sum(p.tokens for p in parts) == whole.tokens
+    # A pass of several packed sequences runs whole on every cp rank, counted 1/cp each time.
+    packed = D.collate(ex, [[0, 1]], coef, True)
+    with LS.context_parallel_pass(ShardingStandIn(0, 2), packed, c) as b:
+        torch.testing.assert_close(b.coef * 2, packed.coef)
+        assert b.input_ids is packed.input_ids
+    with LS.context_parallel_pass(None, whole, cfg()) as b:  # off: the batch as it is
+        assert b is whole

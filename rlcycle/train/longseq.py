@@ -31,9 +31,11 @@ Accelerator gets when they hold. Neither engine was run on this project's CPU ma
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -60,8 +62,6 @@ def model_max_len(model_config) -> int | None:
 
 def resolve_max_seq_len(config: TrainConfig, model, say: Callable[[str], None]) -> TrainConfig:
     """The config with `max_seq_len` set from the model when it is none (explicit values stay)."""
-    import dataclasses
-
     if config.max_seq_len is not None:
         return config
     limit = model_max_len(getattr(model, "config", None))
@@ -170,8 +170,6 @@ def context_parallel_missing(config: TrainConfig, env: dict[str, str] | None = N
             missing.append("FSDP2 (`accelerate launch --config_file fsdp2.yaml`, fsdp_version: 2)")
         if config.attn_implementation != "sdpa":
             missing.append(f"attn_implementation = sdpa (torch's context parallel; got {config.attn_implementation})")
-        if config.batching == "packed":
-            missing.append("batching = bucketed (torch's context parallel takes a causal mask, not packed sequences)")
     else:
         if importlib.util.find_spec("deepspeed") is None:
             missing.append("DeepSpeed installed (pip install deepspeed)")
@@ -217,3 +215,63 @@ def parallelism_config(config: TrainConfig, world: int):
         sp_backend="deepspeed",
         sp_handler=DeepSpeedSequenceParallelConfig(sp_attn_implementation=config.attn_implementation),
     )
+
+
+# The per-position tensors of a pass that context parallel shards beside input_ids.
+_FLAT = ("labels", "behavior", "advantage", "coef", "mask", "row", "temperature")
+
+
+def data_parallel_rank(acc, config: TrainConfig) -> tuple[int, int]:
+    """(data-parallel world, this process's rank in it) for the step plan: the ranks of one
+    context-parallel group (consecutive ranks: cp is the innermost mesh dimension) take the
+    same share of the batch, each computing its part of every sequence."""
+    cp = config.context_parallel_size if config.context_parallel == "accelerate" else 1
+    return acc.num_processes // cp, acc.process_index // cp
+
+
+@contextlib.contextmanager
+def context_parallel_pass(acc, batch, config: TrainConfig) -> Iterator:
+    """One forward pass under `context_parallel = "accelerate"` (else the batch as it is).
+
+    NOT RUN on this project's machines (no GPUs): the code path Accelerate documents
+    (`accelerator.maybe_context_parallel(buffers, buffer_seq_dims)`), written to the tests'
+    bookkeeping check (tests/test_train_long.py shards with a stand-in). A pass of one
+    sequence without padding is split along the sequence over the cp ranks: input ids,
+    positions, the keep mask and every per-token tensor (scattered to [1, L] first) are
+    sharded alike, so each rank scores its own completion positions and the ranks' losses add
+    up to the pass's. Any other pass (several packed sequences: torch's context parallel takes
+    no block-diagonal mask) runs whole on every cp rank with its coefficients and mask / cp, so
+    the cp copies add up to it once. Backward must run inside the context (loop.py does).
+    """
+    if config.context_parallel != "accelerate":
+        yield batch
+        return
+    cp = config.context_parallel_size
+    pos = batch.position_ids
+    one_sequence = pos.shape[0] == 1 and bool((pos[0, 1:] > pos[0, :-1]).all())  # no packed restart
+    if not one_sequence or batch.attention_mask is not None or batch.prefix_ids is not None:
+        yield dataclasses.replace(
+            batch, coef=batch.coef / cp, mask=batch.mask / cp, tokens=batch.tokens / cp, slots=batch.slots / cp
+        )
+        return
+    keep = batch.keep
+    pad = -keep.shape[1] % (2 * cp)  # torch's load balancing cuts the sequence into 2 x cp chunks
+    n = keep.shape[1]
+    tail = torch.arange(n, n + pad)[None]  # padding after every real token, positions running on
+    ids = torch.cat([batch.input_ids, torch.zeros_like(tail)], 1)
+    pos = torch.cat([batch.position_ids, tail], 1)
+    keep = torch.cat([keep, torch.zeros_like(tail, dtype=torch.bool)], 1)
+    dense = {}
+    for name in _FLAT:
+        flat = getattr(batch, name)
+        if flat is not None:
+            dense[name] = flat.new_zeros(keep.shape)
+            dense[name][keep] = flat
+    buffers = [ids, pos, keep, *dense.values()]
+    with acc.maybe_context_parallel(
+        buffers=buffers, buffer_seq_dims=[1] * len(buffers), no_restore_buffers=set(buffers)
+    ):
+        ids, pos, keep, *local = buffers  # sharded in place: this rank's part of the sequence
+        flat = {name: t[keep] for name, t in zip(dense, local, strict=True)}
+        share = {"tokens": batch.tokens / cp, "slots": batch.slots / cp}  # the cp ranks' counts add up once
+        yield dataclasses.replace(batch, input_ids=ids, position_ids=pos, keep=keep, **flat, **share)

@@ -314,7 +314,11 @@ class Trainer:
                 LS.set_checkpointing(self.model, LS.wants_checkpointing(self.c, batch))
             last = k == len(plan.micro) - 1
             # Only the last backward of a process all-reduces; the others accumulate locally.
-            with contextlib.nullcontext() if last else self.acc.no_sync(self.model):
+            # context_parallel_pass: this rank's part of the sequence (off: the batch as it is).
+            with (
+                contextlib.nullcontext() if last else self.acc.no_sync(self.model),
+                LS.context_parallel_pass(self.acc, batch, self.c) as batch,
+            ):
                 loss, s, m = L.micro_loss(self._token_batch(batch), self.settings)
                 # x world: DDP/FSDP average the all-reduced gradient over processes.
                 self.acc.backward(loss * world)
@@ -325,9 +329,7 @@ class Trainer:
 
     def step(self, k: int) -> dict:
         t0 = time.perf_counter()
-        plan = D.plan_step(
-            self.ex, self.schedule, k, self.c, self.acc.num_processes, self.acc.process_index, self.m_tokens
-        )
+        plan = D.plan_step(self.ex, self.schedule, k, self.c, *LS.data_parallel_rank(self.acc, self.c), self.m_tokens)
         lr = self.sched.get_last_lr()[0]
         sums, maxes, counts = self._accumulate(plan)
         sums = self.acc.reduce(sums, "sum")
