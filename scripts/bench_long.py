@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -126,6 +127,9 @@ def smollm2_base(root: Path) -> tuple[Path, str]:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**SMOLLM2))
     model.save_pretrained(base)
+    # train needs a tokenizer beside the weights; it never tokenizes (the row is token ids).
+    for f in (REPO / "sample_data" / "tokenizer").iterdir():
+        shutil.copy2(f, base / f.name)
     return base, "SmolLM2-135M shape (random weights)"
 
 
