@@ -23,7 +23,7 @@ vocab 4,096) with `max_position_embeddings` = 65,536; `--smollm2` adds SmolLM2-1
 (Llama, hidden 576, 30 layers, vocab 49,152) at its longest context, 8,192, with random weights
 when its GGUF is not on disk (the cost of a step does not depend on the weights' values).
 
-    .venv/bin/python scripts/bench_long.py                                  # 2k, 4k, 8k (~1 min)
+    .venv/bin/python scripts/bench_long.py                                  # 2k, 4k, 8k (~2 min)
     .venv/bin/python scripts/bench_long.py --lengths 8192,16384,32768,65536 --runs 1
     .venv/bin/python scripts/bench_long.py --lengths 8192 --smollm2 --runs 1 --json
 
