@@ -374,7 +374,9 @@ class Partitioner:
         for idx in sorted(self._writers):
             with pa.memory_map(str(self.root / f"part-{idx:05d}.arrows")) as src:
                 table = ipc.open_stream(src).read_all()
-            yield pl.from_arrow(table)
+            # One contiguous chunk: the file holds one record batch per parsed block, and the
+            # join's gathers, type split and sort cost ~3x more over many small chunks.
+            yield pl.from_arrow(table).rechunk()
 
 
 # --- pass 2: join each partition ----------------------------------------------------------------
