@@ -65,14 +65,18 @@ def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]
         data = stream.read(block_bytes)
         if not data:
             break
-        block = tail + data
-        cut = block.rfind(b"\n")
-        if cut < 0:
-            tail = block
-            continue
-        block, tail = block[: cut + 1], block[cut + 1 :]
+        if not data.endswith(b"\n"):
+            data += stream.readline()  # the rest of the last line: whole lines, one copy
+        block = tail + data if tail else data
+        if not block.endswith(b"\n"):  # the end of the input, without a newline
+            cut = block.rfind(b"\n")
+            block, tail = block[: cut + 1], block[cut + 1 :]
+            if not block:
+                continue
+        else:
+            tail = b""
         chunk = parse_block(block, name, line_no)
-        line_no += block.count(b"\n")
+        line_no += chunk.lines_read  # counted once, by parse_block
         yield chunk
     if tail.strip():  # no newline at the end: a line cut by a crash, or one still being written
         chunk = parse_block(tail + b"\n", name, line_no)
