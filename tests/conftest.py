@@ -233,6 +233,7 @@ def vllm(tmp_path_factory):
 FIXTURE_MARKS = {"docker_client": "docker", "vllm": "vllm"}  # a test using the fixture needs it
 MODULE_MARKS = {  # modules that need a thing without asking for its fixture
     "test_rollout_ray": ("ray", "docker"),
+    "test_collect_ray": ("ray",),  # a two-node Ray cluster on loopback
     "test_gateway_clients": ("clients",),  # pinned agent frameworks in venvs of their own
     "test_vllm_upstream": ("vllm",),  # starts (and kills) a vLLM of its own
 }

@@ -320,3 +320,15 @@ def test_a_killed_collect_leaves_its_working_directory_to_the_next_run(cli, tmp_
     r = cli(["collect", root / "sample_data" / "events", "-o", out, "-q"])
     assert r.exit_code == 0, r.error
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["t.arrow", "t.arrow.config.json", other.name])
+
+
+def test_executor_ray_without_ray_installed_says_how_to_install_it(cli, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    src = write_jsonl(tmp_path / "ev.jsonl", many(2))
+    r = collect(cli, src, "-o", tmp_path / "t.arrow", "--executor", "ray")
+    assert r.exit_code == 2 and "--executor ray needs Ray" in r.output and "rlcycle[ray]" in r.output
+    assert not (tmp_path / "t.arrow").exists()
+    r = collect(cli, src, "-o", tmp_path / "t.arrow", "--executor", "spark")
+    assert r.exit_code == 2 and "executor='spark'" in r.output

@@ -12,7 +12,7 @@ import os
 import signal
 
 import pytest
-from optional import require
+from optional import require, two_node_ray
 from test_runner import make_suite, scrub
 
 from rlcycle.agent.runner import RunnerConfig
@@ -161,20 +161,8 @@ def test_a_policy_error_stops_the_run_with_that_error_and_leaves_nothing(suite, 
 
 @pytest.fixture
 def two_nodes():
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    # A dead node is noticed after ~1.5 s of missed health checks (default: ~15 s).
-    fast = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
-    head = {"num_cpus": 1, "object_store_memory": STORE, "include_dashboard": False, "_system_config": fast}
-    cluster = Cluster(initialize_head=True, head_node_args=head)
-    cluster.add_node(num_cpus=1, object_store_memory=STORE)
-    ray.init(address=cluster.address, log_to_driver=False)
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    with two_node_ray(STORE) as cluster:
+        yield cluster
 
 
 def test_two_nodes_a_worker_killed_mid_run_is_retried_elsewhere(suite, docker_client, two_nodes):

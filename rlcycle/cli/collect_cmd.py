@@ -27,6 +27,10 @@ def collect(
     ),
     quarantine: str = typer.Option(None, "--quarantine", help="Where bad records go (default: OUT.quarantine.jsonl)."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Do not redact secrets (for logs already scrubbed)."),
+    executor: str = opt.executor(
+        "local (default: join here) or ray (one Ray task per partition, same output; docs/collect.md)."
+    ),
+    ray_address: str = opt.ray_address(),
     _help_config: bool = config_help.option("collect"),
     config: Path = opt.config("collect"),
     set_: list[str] = opt.sets("maturity_s=3600"),
@@ -46,6 +50,8 @@ def collect(
       rlcycle collect 'logs/2026-11-30T*.jsonl' --policy-version policy-b -o traj.arrow --json
 
       cat events.jsonl | rlcycle collect - -o - | rlcycle inspect -
+
+      rlcycle collect /shared/logs -o /shared/runs/c1/trajectories.arrow --executor ray --ray-address auto
     """
     from rlcycle.collect import stage
     from rlcycle.config import resolve
@@ -58,6 +64,8 @@ def collect(
         "as_of": as_of,
         "strict": strict,
         "redact": False if no_redact else None,
+        "executor": executor,
+        "ray_address": ray_address,
     }
     cfg = resolve(stage.CollectConfig, config, set_, flags, section="collect")
     result = stage.STAGE.run(cfg, stage.CollectArgs(events, out, quarantine=quarantine, quiet=quiet))

@@ -71,17 +71,16 @@ def quiet(help: str = "No progress or summary on stderr.") -> Any:
     return typer.Option(False, "--quiet", "-q", help=help)
 
 
-def executor() -> Any:
-    """`--executor` (simulate, eval): where the rollouts run; see `rollout_flags`."""
-    return typer.Option(
-        None,
-        "--executor",
-        help="local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; docs/scale.md).",
-    )
+def executor(
+    help: str = "local (default: this machine's Docker) or ray (Ray actors with a sandbox pool on every node; "
+    "docs/scale.md).",
+) -> Any:
+    """`--executor` (simulate, eval, collect): where the work runs; see `rollout_flags`."""
+    return typer.Option(None, "--executor", help=help)
 
 
 def ray_address() -> Any:
-    """`--ray-address` (simulate, eval): the Ray cluster of `--executor ray`."""
+    """`--ray-address` (simulate, eval, collect): the Ray cluster of `--executor ray`."""
     return typer.Option(
         None,
         "--ray-address",

@@ -65,14 +65,18 @@ def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]
         data = stream.read(block_bytes)
         if not data:
             break
-        block = tail + data
-        cut = block.rfind(b"\n")
-        if cut < 0:
-            tail = block
-            continue
-        block, tail = block[: cut + 1], block[cut + 1 :]
+        if not data.endswith(b"\n"):
+            data += stream.readline()  # the rest of the last line: whole lines, one copy
+        block = tail + data if tail else data
+        if not block.endswith(b"\n"):  # the end of the input, without a newline
+            cut = block.rfind(b"\n")
+            block, tail = block[: cut + 1], block[cut + 1 :]
+            if not block:
+                continue
+        else:
+            tail = b""
         chunk = parse_block(block, name, line_no)
-        line_no += block.count(b"\n")
+        line_no += chunk.lines_read  # counted once, by parse_block
         yield chunk
     if tail.strip():  # no newline at the end: a line cut by a crash, or one still being written
         chunk = parse_block(tail + b"\n", name, line_no)
@@ -100,18 +104,42 @@ def _is_otel(line: bytes) -> bool:
 
 def parse_block(block: bytes, name: str, first_line_index: int) -> Chunk:
     """Parse a block of whole lines; `first_line_index` is the 0-based index of its first line."""
+    n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") or not block else 1)
+    events = _parse_whole(block, first_line_index, n_lines)
+    numbered = None
+    bad: list[BadRecord] = []
+    if events is None:  # a bad or blank line somewhere: line by line, bisecting the bad ones out
+        numbered = _numbered(block, first_line_index)
+        frames: list[pl.DataFrame] = []
+        _parse_bisect(numbered, name, frames, bad)
+        events = pl.concat(frames, how="vertical") if frames else empty_json_frame()
+    events = normalise(events, name)
+    good, rejected = split_invalid(events)
+    if rejected.height:
+        bad.extend(bad_from_rows(rejected, dict(numbered or _numbered(block, first_line_index))))
+    return Chunk(good, bad, bytes_read=len(block), lines_read=n_lines)
+
+
+def _parse_whole(block: bytes, first_line_index: int, n_lines: int) -> pl.DataFrame | None:
+    """The common case in one call: every line parses and none is blank, so row i is line i
+    (no split, no re-join, no per-line list). None when that does not hold."""
+    if not n_lines:
+        return None
+    try:
+        df = pl.read_ndjson(block, schema=JSON_SCHEMA)
+    except Exception:
+        return None
+    if df.height != n_lines:  # blank lines were skipped: rows no longer map to lines by position
+        return None
+    return df.with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + (first_line_index + 1)).alias("_line"))
+
+
+def _numbered(block: bytes, first_line_index: int) -> list[tuple[int, bytes]]:
+    """(1-based line number, raw line) of each non-blank line of `block`."""
     lines = block.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    numbered = [(first_line_index + i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
-    frames: list[pl.DataFrame] = []
-    bad: list[BadRecord] = []
-    _parse_bisect(numbered, name, frames, bad)
-    events = pl.concat(frames, how="vertical") if frames else empty_json_frame()
-    events = normalise(events, name)
-    good, rejected = split_invalid(events)
-    bad.extend(bad_from_rows(rejected, dict(numbered)))
-    return Chunk(good, bad, bytes_read=len(block), lines_read=len(lines))
+    return [(first_line_index + i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
 
 
 def _parse_bisect(numbered, name, frames, bad) -> None:

@@ -50,6 +50,7 @@ SIDECARS = {
     "run.json": "a cycle run's run.json",
     "verdict.json": "an eval verdict",
     "reward_report.json": "distill's reward report",
+    "rlcycle-buckets.json": "the marker of a bucketed gateway log (collect/buckets.py)",
     ".config.json": "a resolved config saved beside an output (OUT.config.json)",
     ".quarantine.jsonl": "collect's quarantine file",
     ".tmp": "a writer's temp file",

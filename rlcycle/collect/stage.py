@@ -12,9 +12,14 @@ Out: `trajectories.arrow` (the `trajectories` contract), bad records in
 How it keeps memory bounded: pass 1 parses the input in blocks and appends each valid event to
 one of N partition files on disk, chosen by a hash of its `session_id` (every event of an
 episode carries the same session, so each partition joins on its own). N grows with the input
-size (`bucket_bytes` of input per partition). Pass 2 joins one partition at a time in memory
-and appends its trajectories to the output. Peak memory is about one partition, whatever the
-input size.
+size (`bucket_bytes` of input per partition; at least `min_partitions`). Pass 2 joins one
+partition at a time in memory and appends its trajectories to the output. Peak memory is about
+one partition, whatever the input size.
+
+Where pass 2 runs (`executor`): here, or one Ray task per partition (collect/ray_join.py; pass 1
+stays here) with the same output, byte for byte, and the same counts. A log the gateway wrote
+already bucketed by session (collect/buckets.py) skips pass 1: each bucket is parsed and joined
+as one job (`repartitioned` is false in the result).
 
 Join rules (late and out-of-order events are normal, so nothing depends on arrival order):
 - duplicates: the first event of each `event_id` wins; later copies are counted.
@@ -45,20 +50,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-import pyarrow as pa
-import pyarrow.ipc as ipc
-
+from rlcycle import console
 from rlcycle import io as rio
-from rlcycle.collect import join, redact
+from rlcycle.collect import redact
+from rlcycle.collect.buckets import read_layout
 from rlcycle.collect.events import BadRecord, Chunk
-from rlcycle.collect.join import SESSION_HASH
+from rlcycle.collect.partitions import Job, JoinSettings, Partitioner, add_counts, run_job
 from rlcycle.collect.sources import expand_inputs, not_events, read_source
 from rlcycle.config import cfg, check_range
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
 from rlcycle.faults import crash_point
-from rlcycle.schema import TRAJECTORIES, conform
+from rlcycle.rollout import EXECUTORS
+from rlcycle.schema import TRAJECTORIES
 from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
 
@@ -79,6 +83,17 @@ class CollectConfig:
     secret_patterns: dict[str, str] = cfg({}, help="Extra secret patterns to redact: name = regex.")
     bucket_bytes: int = cfg(256 << 20, help="Input bytes per join partition (lower: less memory, more files).")
     block_bytes: int = cfg(32 << 20, help="Bytes of JSON lines parsed per block.")
+    min_partitions: int = cfg(
+        1, help="Join in at least this many partitions (rounded up to a power of two); with executor=ray: parallelism."
+    )
+    executor: str = cfg(
+        "local",
+        help="Where the join runs: local (this process) or ray (one Ray task per partition; docs/collect.md).",
+    )
+    ray_address: str | None = cfg(
+        None,
+        help="Ray cluster to join (e.g. ray://head:10001 or auto); default: RAY_ADDRESS, else a local Ray.",
+    )
 
     def validate(self) -> list[str]:
         problems = []
@@ -92,6 +107,9 @@ class CollectConfig:
         check_range(problems, self, "maturity_s", ge=0)
         check_range(problems, self, "bucket_bytes", ge=1 << 20)  # 1 MiB
         check_range(problems, self, "block_bytes", ge=1 << 16)  # 64 KiB
+        check_range(problems, self, "min_partitions", ge=1)
+        if self.executor not in EXECUTORS:
+            problems.append(f"executor={self.executor!r}: one of {', '.join(EXECUTORS)}")
         return problems
 
 
@@ -118,6 +136,9 @@ class CollectResult:
     quarantine_truncated: int = 0  # quarantined fields cut at QUARANTINE_FIELD_CHARS
     per_policy_version: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     partitions: int = 0
+    repartitioned: bool = True  # False: a bucketed log was joined bucket by bucket (no pass 1)
+    executor: str = "local"
+    inputs: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -144,6 +165,8 @@ class CollectResult:
             "redactions": dict(sorted(self.redactions.items())),
             "per_policy_version": {k: dict(sorted(v.items())) for k, v in sorted(self.per_policy_version.items())},
             "partitions": self.partitions,
+            "repartitioned": self.repartitioned,
+            "executor": self.executor,
             "seconds": round(self.seconds, 3),
         }
 
@@ -173,44 +196,65 @@ def run(
 ) -> CollectResult:
     """Collect `inputs` into trajectories at `out` (path or `-`); see the module docstring."""
     started = time.monotonic()
-    found = expand_inputs(inputs)
-    if found.files.count(rio.STDIO) > 1:
-        raise InputError("stdin (-) given more than once")
     rio.format_for_output(out)  # reject a bad extension before reading anything
     qpath = quarantine or default_quarantine_path(out)
-    files, skipped = _event_logs(found)
-    result = CollectResult(output=out, quarantine=None, files=len(files), skipped=skipped)
     patterns = redact.patterns_with(config.secret_patterns) if config.redact else ()
-    sizes = [os.path.getsize(f) for f in files if f != rio.STDIO]
-    n_parts = max(1, math.ceil(sum(sizes) / config.bucket_bytes))
-    if rio.STDIO in files:
-        n_parts = max(n_parts, 16)  # unknown size: spread it
-    n_parts = 1 << (n_parts - 1).bit_length()  # a power of two: see Partitioner
-    result.partitions = n_parts
+    layout = read_layout(inputs[0]) if len(inputs) == 1 else None
+    if layout is not None and not layout.trusted:
+        console.warn(f"collect: {layout.root} is bucketed, but {layout.why}: repartitioning it")
     qwriter = rio.AtomicTextWriter(qpath)
     progress = Progress("collect", quiet=quiet)
     try:
-        with rio.scratch_dir(_workdir_name(out)) as tmp:
-            parts = Partitioner(tmp, n_parts)
-            for path in files:
-                for chunk in read_source(path, config.block_bytes):
-                    _take_chunk(chunk, result, parts, qwriter, patterns, config.strict)
-                    progress.update(events=result.events_in, quarantined=result.quarantined)
-            parts.close()
-            crash_point("collect:partitioned")  # fault injection: a kill -9 with partitions on disk
-            if result.events_in == 0 and result.quarantined == 0:
-                passed = f" ({len(skipped)} file(s) skipped as not event logs)" if skipped else ""
-                raise InputError(
-                    f"no events in {', '.join(inputs)}: the input is empty{passed}",
-                    hint="point collect at production event logs (JSON lines, Arrow, Parquet, OTel)",
-                )
-            _join_all(config, parts, out, result, patterns, progress)
+        if layout is not None and layout.trusted:
+            result = _collect_buckets(config, layout, inputs, out, qwriter, patterns, progress)
+        else:
+            result = _collect_flat(config, inputs, out, qwriter, patterns, progress)
         qwriter.commit()
     except BaseException:
         qwriter.abort()
         raise
     result.quarantine = qpath if qwriter.count else None
     result.seconds = time.monotonic() - started
+    return result
+
+
+def _collect_flat(config: CollectConfig, inputs: list[str], out: str, qwriter, patterns, progress) -> CollectResult:
+    """Any event logs: pass 1 (here) partitions them by session onto disk, pass 2 joins each."""
+    found = expand_inputs(inputs)
+    if found.files.count(rio.STDIO) > 1:
+        raise InputError("stdin (-) given more than once")
+    files, skipped = _event_logs(found)
+    result = CollectResult(output=out, quarantine=None, files=len(files), skipped=skipped, executor=config.executor)
+    result.inputs = list(inputs)
+    sizes = [os.path.getsize(f) for f in files if f != rio.STDIO]
+    n_parts = max(1, math.ceil(sum(sizes) / config.bucket_bytes), config.min_partitions)
+    if rio.STDIO in files:
+        n_parts = max(n_parts, 16)  # unknown size: spread it
+    n_parts = 1 << (n_parts - 1).bit_length()  # a power of two: see Partitioner
+    result.partitions = n_parts
+    with rio.scratch_dir(_workdir_name(out)) as tmp:
+        parts = Partitioner(tmp, n_parts)
+        for path in files:
+            for chunk in read_source(path, config.block_bytes):
+                _take_chunk(chunk, result, parts, qwriter, patterns, config.strict)
+                progress.update(events=result.events_in, quarantined=result.quarantined)
+        parts.close()
+        crash_point("collect:partitioned")  # fault injection: a kill -9 with partitions on disk
+        if result.events_in == 0 and result.quarantined == 0:
+            _empty(result)
+        _join_all(config, parts.jobs(), out, result, qwriter, patterns, progress)
+    return result
+
+
+def _collect_buckets(config: CollectConfig, layout, inputs, out, qwriter, patterns, progress) -> CollectResult:
+    """A bucketed gateway log (collect/buckets.py): every session's events are already in one
+    bucket, so there is no pass 1: each bucket is parsed and joined as one job."""
+    files = {k: fs for k, fs in layout.files.items() if fs}
+    result = CollectResult(output=out, quarantine=None, files=sum(len(fs) for fs in files.values()))
+    result.inputs, result.executor, result.repartitioned = list(inputs), config.executor, False
+    result.partitions = layout.buckets
+    jobs = [Job(i, files=tuple(fs), bucket=(k, layout.buckets)) for i, (k, fs) in enumerate(sorted(files.items()))]
+    _join_all(config, jobs, out, result, qwriter, patterns, progress)
     return result
 
 
@@ -303,91 +347,43 @@ def _reason_kind(reason: str) -> str:
     return _QUOTED_VALUE.sub("'…'", _COUNT.sub("N ", head))
 
 
-# --- pass 1: partition by session ----------------------------------------------------------------
-
-# Columns that trajectories need; the rest of each event is not carried to disk.
-_KEEP = [
-    "event_id",
-    "type",
-    "ts_ms",
-    "session_id",
-    "episode_id",
-    "sample_id",
-    "turn",
-    "policy_version",
-    "prompt_ids",
-    "completion_ids",
-    "completion_logprobs",
-    "tool_calls",
-    "latency_ms",
-    "temperature",
-    "max_new_tokens",
-    "greedy",
-    "top_p",
-    "pair_key",
-    "call_id",
-    "status",
-    "error",
-    "lines_proposed",
-    "lines_surviving",
-    "text",
-    "value",
-    "kind",
-]
+# --- pass 2: join each partition, here or on Ray ------------------------------------------------
 
 
-class Partitioner:
-    """Append events to N Arrow stream files on disk, by a stable hash of session_id.
-
-    N is a power of two and a session's partition is the top log2(N) bits of its hash: the
-    partitions are *ranges* of the hash, so writing them in order, each sorted by hash, gives
-    one global order whatever N is (the same output for a file and for stdin).
-    """
-
-    def __init__(self, root: Path, n: int):
-        self.root, self.n = root, n
-        self._writers: dict[int, tuple[Any, Any]] = {}
-
-    def add(self, events: pl.DataFrame) -> None:
-        events = events.select(_KEEP)
-        if self.n == 1:
-            self._write(0, events)
-            return
-        shift = 64 - (self.n.bit_length() - 1)
-        part = (SESSION_HASH // pl.lit(1 << shift, dtype=pl.UInt64)).alias("_part")  # top bits
-        for (idx,), group in events.with_columns(part).partition_by("_part", as_dict=True).items():
-            self._write(int(idx), group.drop("_part"))
-
-    def _write(self, idx: int, df: pl.DataFrame) -> None:
-        table = df.to_arrow()
-        if idx not in self._writers:
-            sink = pa.OSFile(str(self.root / f"part-{idx:05d}.arrows"), "wb")
-            self._writers[idx] = (sink, ipc.new_stream(sink, table.schema))
-        self._writers[idx][1].write_table(table)
-
-    def close(self) -> None:
-        for sink, writer in self._writers.values():
-            writer.close()
-            sink.close()
-
-    def parts(self):
-        for idx in sorted(self._writers):
-            with pa.memory_map(str(self.root / f"part-{idx:05d}.arrows")) as src:
-                table = ipc.open_stream(src).read_all()
-            yield pl.from_arrow(table)
-
-
-# --- pass 2: join each partition ----------------------------------------------------------------
-
-
-def _join_all(config: CollectConfig, parts: Partitioner, out: str, result: CollectResult, patterns, progress) -> None:
+def _join_all(config: CollectConfig, jobs: list[Job], out: str, result: CollectResult, qwriter, patterns, progress):
+    """Join every job and append its trajectories to `out` in job order (= hash-range order),
+    adding up its counts; with executor=ray each job is a Ray task (collect/ray_join.py)."""
     as_of = _ms(config.as_of) if config.as_of else int(time.time() * 1000)
+    settings = JoinSettings(config, as_of, _ms(config.since), _ms(config.until), patterns)
+    if config.executor == "ray":
+        from rlcycle.collect.ray_join import joined_on_ray
+
+        joined = joined_on_ray(jobs, settings, config.ray_address, _new_counts)
+    else:
+        joined = (run_job(job, settings, _new_counts()) for job in jobs)
     with rio.ArtifactWriter(out, TRAJECTORIES.arrow) as writer:
-        for events in parts.parts():
-            traj = join.join_partition(events, config, as_of, _ms(config.since), _ms(config.until), patterns, result)
-            if traj.height:
-                writer.write(conform(traj.to_arrow(), TRAJECTORIES))
-            progress.update(samples=result.samples_out, held_back=result.held_back_samples)
+        for part in joined:
+            if part.bad:  # found while parsing a bucket: quarantined in bucket order
+                _quarantine(part.bad, result, qwriter, patterns, config.strict)
+            add_counts(result, part.counts)
+            if part.table is not None:
+                writer.write(part.table)
+            progress.update(events=result.events_in, samples=result.samples_out, held_back=result.held_back_samples)
+        if result.events_in == 0 and result.quarantined == 0:  # raised inside: no output is left
+            _empty(result)
+
+
+def _new_counts() -> CollectResult:
+    """An empty result: what one job counts into (add_counts sums them)."""
+    return CollectResult(output="", quarantine=None)
+
+
+def _empty(result: CollectResult) -> None:
+    passed = f" ({len(result.skipped)} file(s) skipped as not event logs)" if result.skipped else ""
+    raise InputError(
+        f"no events in {', '.join(result.inputs)}: the input is empty{passed}",
+        hint="point collect at production event logs (JSON lines, Arrow, Parquet, OTel)",
+    )
 
 
 def format_summary(r: CollectResult) -> str:

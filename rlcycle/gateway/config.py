@@ -52,6 +52,11 @@ class GatewayConfig:
     )
     rotate_bytes: int = cfg(64 << 20, help="Start a new log file after this many bytes.")
     rotate_s: float = cfg(3600.0, help="Start a new log file after this many seconds.")
+    log_buckets: int = cfg(
+        0,
+        help="0: one flat log; N (a power of two): LOG_DIR/<day>/bucket=<k>-of-<N>/, split by session as collect "
+        "partitions, so collect skips its repartition pass (docs/gateway.md).",
+    )
     redact: bool = cfg(True, help="Redact secrets in logged text with collect's patterns before disk.")
     redact_inputs: bool = cfg(
         False,
@@ -95,6 +100,8 @@ class GatewayConfig:
         check_range(problems, self, "flush_interval_s", gt=0, le=60)
         check_range(problems, self, "rotate_bytes", ge=1 << 10)
         check_range(problems, self, "rotate_s", gt=0)
+        if self.log_buckets < 0 or self.log_buckets & (self.log_buckets - 1):
+            problems.append(f"log_buckets={self.log_buckets}: 0 (one flat log) or a power of two")
         check_range(problems, self, "canary_fraction", ge=0, le=1, optional=True)
         check_range(problems, self, "watch_interval_s", ge=0)
         check_range(problems, self, ("upstream_probe_s", "upstream_probe_timeout_s"), gt=0)

@@ -1,7 +1,11 @@
 """The gateway's event log: append-only JSON lines, rotated, fsync'd in batches, redacted.
 
 In: event dicts (`append`), from any thread. Out: files `LOGDIR/events-<UTC start>-<pid>-<n>.jsonl`
-that `rlcycle collect LOGDIR` reads unchanged, even while they are being written.
+that `rlcycle collect LOGDIR` reads unchanged, even while they are being written. With
+`buckets=N` (a power of two), the log is written already split by session and dated:
+`LOGDIR/<UTC day>/bucket=<k>-of-<N>/events-....jsonl`, k the session's bucket as collect computes
+it (rlcycle.collect.buckets), with the marker `LOGDIR/rlcycle-buckets.json`; collect then joins
+bucket by bucket and skips its repartition pass (docs/gateway.md, "Bucketed log").
 
 How it stays crash-safe and cheap on the request path:
 - `append` only queues the dict (a lock and a list append); a writer thread wakes every
@@ -13,7 +17,9 @@ How it stays crash-safe and cheap on the request path:
   is the last one of a file (a write interrupted by a power loss, or one being read while it
   is written); collect skips and counts such a last line (collect/jsonl.py).
 - a file is rotated after `rotate_bytes` or `rotate_s`; names sort by time, and the same
-  process never reopens a file, so every file is append-only from creation to close.
+  process never reopens a file, so every file is append-only from creation to close. Bucketed,
+  each (day, bucket) has its own open file, rotated alike; a batch is one write per file it
+  touches, each fsync'd.
 
 Redaction (collect's rules, `rlcycle.collect.redact`) runs in the writer thread, one vectorised
 pass per batch over every text field: completion_text, text, error, tool-call arguments and
@@ -33,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcycle.collect import redact
+from rlcycle.collect.buckets import bucket_dir, bucket_of, write_marker
 from rlcycle.errors import InputError
 
 TEXT_FIELDS = ("completion_text", "text", "error")
@@ -63,6 +70,17 @@ class LogStats:
         }
 
 
+@dataclass
+class _File:
+    """One open log file: where new files of its stream go, and the current one."""
+
+    dir: Path
+    fd: int | None = None
+    opened_at: float = 0.0
+    size: int = 0
+    path: Path | None = None
+
+
 class EventLog:
     """Batched, fsync'd, rotated JSON-lines writer (see the module docstring)."""
 
@@ -73,14 +91,20 @@ class EventLog:
         rotate_bytes: int = 64 << 20,
         rotate_s: float = 3600.0,
         patterns: tuple[redact.Pattern, ...] | None = redact.DEFAULT_PATTERNS,
+        buckets: int = 0,
     ):
         self.dir = Path(log_dir)
+        if buckets < 0 or buckets & (buckets - 1):
+            raise InputError(f"log_buckets={buckets}: 0 (one flat log) or a power of two", hint="e.g. 16")
+        self.buckets = buckets
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise InputError(
                 f"cannot create the log directory {self.dir}: {e}", hint="pass a writable --log-dir"
             ) from None
+        if buckets:
+            write_marker(self.dir, buckets)
         self.flush_interval_s = flush_interval_s
         self.rotate_bytes = rotate_bytes
         self.rotate_s = rotate_s
@@ -91,11 +115,9 @@ class EventLog:
         self._io_lock = threading.Lock()  # one batch written at a time (thread, flush(), close())
         self._wake = threading.Event()
         self._closed = False
-        self._fd: int | None = None
-        self._opened_at = 0.0
-        self._size = 0
+        self._files: dict[tuple[str, int], _File] = {}  # (day, bucket) -> its open file; ("", 0) flat
         self._seq = 0
-        self.current: Path | None = None
+        self.current: Path | None = None  # the file written last
         self._thread = threading.Thread(target=self._loop, name="rlcycle-gateway-log", daemon=True)
         self._thread.start()
 
@@ -120,9 +142,10 @@ class EventLog:
         self._thread.join(timeout=30)
         self._write_batch()
         with self._io_lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            for f in self._files.values():
+                if f.fd is not None:
+                    os.close(f.fd)
+                    f.fd = None
 
     # --- writer side --------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -148,10 +171,7 @@ class EventLog:
             try:
                 if self.patterns:
                     self._redact(batch)
-                data = b"".join(
-                    json.dumps(ev, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for ev in batch
-                )
-                self._write(data)
+                data = self._write_all(batch)
             except OSError:
                 with self._lock:  # nothing of this batch is counted as written: put it back
                     self._pending[:0] = batch
@@ -162,31 +182,61 @@ class EventLog:
             self.stats.write_seconds += time.perf_counter() - t0
             self.stats.cpu_seconds += time.thread_time() - c0
 
-    def _write(self, data: bytes) -> None:
+    def _write_all(self, batch: list[dict[str, Any]]) -> bytes:
+        """Serialise the batch and write it: to one file, or one file per (day, bucket)."""
+        lines = [json.dumps(ev, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for ev in batch]
         now = time.time()
-        if self._fd is None or self._size >= self.rotate_bytes or now - self._opened_at >= self.rotate_s:
-            self._rotate(now)
+        if not self.buckets:
+            data = b"".join(lines)
+            self._write(self._file("", 0), data, now)
+            return data
+        day = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%d")
+        ks = bucket_of([str(ev.get("session_id") or "") for ev in batch], self.buckets)
+        by_bucket: dict[int, list[bytes]] = {}
+        for k, line in zip(ks, lines, strict=True):
+            by_bucket.setdefault(k, []).append(line)
+        for k in sorted(by_bucket):
+            self._write(self._file(day, k), b"".join(by_bucket[k]), now)
+        return b"".join(lines)
+
+    def _file(self, day: str, k: int) -> _File:
+        if (day, k) not in self._files:
+            for key in [key for key in self._files if key[0] != day]:  # yesterday's files: closed
+                old = self._files.pop(key)
+                if old.fd is not None:
+                    os.close(old.fd)
+            where = self.dir / bucket_dir(day, k, self.buckets) if self.buckets else self.dir
+            self._files[day, k] = _File(where)
+        return self._files[day, k]
+
+    def _write(self, f: _File, data: bytes, now: float) -> None:
+        if f.fd is None or f.size >= self.rotate_bytes or now - f.opened_at >= self.rotate_s:
+            self._rotate(f, now)
         view = memoryview(data)
         while view:  # os.write may write less than asked (signals, pipes); never half a batch
-            n = os.write(self._fd, view)
+            n = os.write(f.fd, view)
             view = view[n:]
-        os.fsync(self._fd)
-        self._size += len(data)
+        os.fsync(f.fd)
+        f.size += len(data)
+        self.current = f.path
 
-    def _rotate(self, now: float) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
+    def _rotate(self, f: _File, now: float) -> None:
+        if f.fd is not None:
+            os.close(f.fd)
+        new_dir = not f.dir.exists()
+        f.dir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y%m%dT%H%M%S")
         self._seq += 1
-        path = self.dir / f"events-{stamp}-{os.getpid()}-{self._seq:04d}.jsonl"
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._opened_at, self._size, self.current = now, 0, path
+        f.path = f.dir / f"events-{stamp}-{os.getpid()}-{self._seq:04d}.jsonl"
+        f.fd = os.open(f.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        f.opened_at, f.size = now, 0
         self.stats.files += 1
-        dir_fd = os.open(self.dir, os.O_RDONLY)  # make the new name itself durable
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        for d in [f.dir, *([f.dir.parent, f.dir.parent.parent] if new_dir and self.buckets else [])]:
+            dir_fd = os.open(d, os.O_RDONLY)  # make the new names themselves durable
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
 
     def _redact(self, batch: list[dict[str, Any]]) -> None:
         """Redact every text field of the batch in one engine call, in place."""

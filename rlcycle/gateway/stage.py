@@ -53,7 +53,9 @@ def build(config: GatewayConfig, policy: Any = None, checkpoint: Any = None) -> 
     patterns = redact.patterns_with(config.secret_patterns) if config.redact else None
     models = Models(config) if policy is None else Fixed(config, policy, Path(checkpoint) if checkpoint else None)
     log = (
-        EventLog(config.log_dir, config.flush_interval_s, config.rotate_bytes, config.rotate_s, patterns)
+        EventLog(
+            config.log_dir, config.flush_interval_s, config.rotate_bytes, config.rotate_s, patterns, config.log_buckets
+        )
         if config.logging
         else None
     )

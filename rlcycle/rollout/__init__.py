@@ -60,6 +60,18 @@ class RolloutConfig:
         return problems
 
 
+def import_ray() -> Any:
+    """`import ray`, or the error every `--executor ray` gives when it is not installed."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError(
+            "--executor ray needs Ray, which is not installed",
+            hint="pip install 'rlcycle[ray]'",
+        ) from None
+    return ray
+
+
 def open_executor(config: RolloutConfig, sandboxes: int) -> Any:
     """The executor `config.executor` names, started (a context manager: close it)."""
     problems = config.validate()
@@ -74,4 +86,4 @@ def open_executor(config: RolloutConfig, sandboxes: int) -> Any:
     return LocalExecutor(sandboxes)
 
 
-__all__ = ["EXECUTORS", "PolicySpec", "RolloutConfig", "open_executor"]
+__all__ = ["EXECUTORS", "PolicySpec", "RolloutConfig", "import_ray", "open_executor"]

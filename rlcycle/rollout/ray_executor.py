@@ -40,7 +40,7 @@ from rlcycle.agent.runner import EpisodeResult, RunnerConfig
 from rlcycle.agent.user import UserConfig
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.policy.open import open_spec
-from rlcycle.rollout import PolicySpec, RolloutConfig
+from rlcycle.rollout import PolicySpec, RolloutConfig, import_ray
 from rlcycle.rollout.executor import infra_error
 from rlcycle.tasks.suite import Task
 
@@ -141,13 +141,7 @@ class RayExecutor:
     kind = "ray"
 
     def __init__(self, config: RolloutConfig, sandboxes: int):
-        try:
-            import ray
-        except ImportError:
-            raise InputError(
-                "--executor ray needs Ray, which is not installed",
-                hint="pip install 'rlcycle[ray]'",
-            ) from None
+        ray = import_ray()
         self.ray = ray
         self.config, self.sandboxes = config, sandboxes
         # What makes a shard's result unreachable without the episode code being at fault: the

@@ -1,0 +1,205 @@
+"""collect's unit of work: one partition of sessions, joined on its own (locally or as a Ray task).
+
+In:  a `Job`: either a partition file written by pass 1 (`Partitioner`, an Arrow stream of
+     events of the sessions whose hash falls in that partition's range), or the files of one
+     bucket of a bucketed gateway log (collect/buckets.py), parsed here, so no pass 1 ran.
+Out: `Joined`: the partition's trajectories (conformed to the contract, ready to append), its
+     counts in a fresh `CollectResult` that the driver adds up (`add_counts`), and the bad
+     records found while parsing (the driver redacts and writes them, in job order).
+
+The local run and `--executor ray` call the very same `run_job`, and the driver writes the
+tables in job order (= hash-range order), so both give byte-identical trajectories.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from rlcycle.collect import join
+from rlcycle.collect.buckets import bucket_expr
+from rlcycle.collect.events import BadRecord
+from rlcycle.collect.sources import read_source
+from rlcycle.errors import InputError
+from rlcycle.schema import TRAJECTORIES, conform
+
+# Columns that trajectories need; the rest of each event is not carried to disk.
+KEEP = [
+    "event_id",
+    "type",
+    "ts_ms",
+    "session_id",
+    "episode_id",
+    "sample_id",
+    "turn",
+    "policy_version",
+    "prompt_ids",
+    "completion_ids",
+    "completion_logprobs",
+    "tool_calls",
+    "latency_ms",
+    "temperature",
+    "max_new_tokens",
+    "greedy",
+    "top_p",
+    "pair_key",
+    "call_id",
+    "status",
+    "error",
+    "lines_proposed",
+    "lines_surviving",
+    "text",
+    "value",
+    "kind",
+]
+
+
+# --- pass 1: partition by session ----------------------------------------------------------------
+
+
+class Partitioner:
+    """Append events to N Arrow stream files on disk, by a stable hash of session_id.
+
+    N is a power of two and a session's partition is the top log2(N) bits of its hash
+    (buckets.bucket_expr): the partitions are *ranges* of the hash, so writing them in order,
+    each sorted by hash, gives one global order whatever N is (the same output for a file and
+    for stdin, and for a bucketed log).
+    """
+
+    def __init__(self, root: Path, n: int):
+        self.root, self.n = root, n
+        self._writers: dict[int, tuple[Any, Any]] = {}
+
+    def add(self, events: pl.DataFrame) -> None:
+        events = events.select(KEEP)
+        if self.n == 1:
+            self._write(0, events)
+            return
+        part = bucket_expr(self.n).alias("_part")
+        for (idx,), group in events.with_columns(part).partition_by("_part", as_dict=True).items():
+            self._write(int(idx), group.drop("_part"))
+
+    def path(self, idx: int) -> Path:
+        return self.root / f"part-{idx:05d}.arrows"
+
+    def _write(self, idx: int, df: pl.DataFrame) -> None:
+        table = df.to_arrow()
+        if idx not in self._writers:
+            sink = pa.OSFile(str(self.path(idx)), "wb")
+            self._writers[idx] = (sink, ipc.new_stream(sink, table.schema))
+        self._writers[idx][1].write_table(table)
+
+    def close(self) -> None:
+        for sink, writer in self._writers.values():
+            writer.close()
+            sink.close()
+
+    def jobs(self) -> list[Job]:
+        """One job per partition that received events, in partition (= hash range) order."""
+        return [Job(i, partition=str(self.path(idx))) for i, idx in enumerate(sorted(self._writers))]
+
+
+def read_partition(path: str) -> pl.DataFrame:
+    if not Path(path).is_file():
+        raise InputError(
+            f"partition file {path} is not visible here",
+            hint="collect --executor ray reads pass 1's partitions beside the output: every node must mount "
+            "that directory (docs/collect.md, 'On Ray')",
+        )
+    with pa.memory_map(path) as src:
+        table = ipc.open_stream(src).read_all()
+    # One contiguous chunk: the file holds one record batch per parsed block, and the join's
+    # gathers, type split and sort cost ~3x more over many small chunks.
+    return pl.from_arrow(table).rechunk()
+
+
+# --- pass 2: one job ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int  # position in the output
+    partition: str | None = None  # an Arrow stream file of pass 1
+    files: tuple[str, ...] = ()  # or: the files of one bucket of a bucketed log
+    bucket: tuple[int, int] | None = None  # (k, n) of that bucket
+
+
+@dataclass(frozen=True)
+class JoinSettings:
+    """What every job needs besides its events (picklable: it travels to Ray tasks)."""
+
+    config: Any  # CollectConfig
+    as_of_ms: int
+    since_ms: int | None
+    until_ms: int | None
+    patterns: tuple
+
+
+@dataclass
+class Joined:
+    table: pa.Table | None
+    counts: Any  # CollectResult holding this job's counts only
+    bad: list[BadRecord]
+
+
+def run_job(job: Job, settings: JoinSettings, counts: Any) -> Joined:
+    """Join one job's sessions; `counts` is a fresh CollectResult that receives its counts."""
+    bad: list[BadRecord] = []
+    if job.partition is not None:
+        events = read_partition(job.partition)
+    else:
+        events = _read_bucket(job, settings.config.block_bytes, counts, bad)
+    c = settings.config
+    traj = join.join_partition(
+        events, c, settings.as_of_ms, settings.since_ms, settings.until_ms, settings.patterns, counts
+    )
+    table = conform(traj.to_arrow(), TRAJECTORIES) if traj.height else None
+    return Joined(table, counts, bad)
+
+
+def _read_bucket(job: Job, block_bytes: int, counts: Any, bad: list[BadRecord]) -> pl.DataFrame:
+    """Parse every file of one bucket (what pass 1 does, for sessions already together)."""
+    frames = []
+    for path in job.files:
+        for chunk in read_source(path, block_bytes):
+            counts.bytes_read += chunk.bytes_read
+            counts.lines_read += chunk.lines_read
+            bad.extend(chunk.bad)
+            if chunk.events.height:
+                counts.events_in += chunk.events.height
+                frames.append(chunk.events.select(KEEP))
+    if not frames:
+        from rlcycle.collect.events import empty_events
+
+        return empty_events().select(KEEP)
+    events = pl.concat(frames, how="vertical").rechunk()
+    k, n = job.bucket or (0, 1)
+    stray = events.filter(bucket_expr(n) != k)
+    if stray.height:  # a file moved between buckets, or a writer that hashed differently
+        raise InputError(
+            f"bucketed log: session {stray['session_id'][0]!r} is in bucket {k} of {n} "
+            f"({', '.join(job.files[:3])}), but hashes to another bucket",
+            hint="read the directory as plain logs: copy its .jsonl files elsewhere (without rlcycle-buckets.json)",
+        )
+    return events
+
+
+def add_counts(total: Any, part: Any) -> None:
+    """Add one job's counts (a CollectResult that started at zero) into the run's total."""
+    for f in fields(total):
+        mine, theirs = getattr(total, f.name), getattr(part, f.name)
+        if isinstance(theirs, bool) or f.name == "seconds":
+            continue
+        if isinstance(theirs, Counter):
+            mine.update(theirs)
+        elif isinstance(theirs, dict):  # per_policy_version: version -> Counter
+            for key, counter in theirs.items():
+                mine[key].update(counter)
+        elif isinstance(theirs, (int, float)) and theirs:
+            setattr(total, f.name, mine + theirs)
