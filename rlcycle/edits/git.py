@@ -105,7 +105,7 @@ class Repo:
         if r.returncode != 0:
             raise InputError(
                 f"target {ref!r}: not a branch, tag or commit of {self.top}",
-                hint="set target = \"worktree\" or name a branch that exists (git branch -a)",
+                hint='set target = "worktree" or name a branch that exists (git branch -a)',
             )
         return r.stdout.strip()
 

@@ -155,7 +155,10 @@ class Episode:
 def read_episodes(logs: list[str], config: EditsConfig, result: EditsResult) -> list[Episode]:
     """The episodes of the logs' completion events, each with its tool calls in order."""
     frames = []
-    for path in expand_inputs(logs).files:
+    # An empty log directory is no error here (the gateway has not written yet): the snapshot
+    # this run takes is what the first episode will need.
+    logs = [p for p in logs if not (Path(p).is_dir() and not any(Path(p).rglob("*")))]
+    for path in expand_inputs(logs).files if logs else []:
         for chunk in read_source(path):
             result.bad_records += len(chunk.bad)
             comp = chunk.events.filter(pl.col("type") == "completion")
