@@ -89,8 +89,8 @@ class Attributor:
 
     def __init__(self, calls: list[Call]):
         self.calls = calls
-        self._keys = [key(argument_text(c.arguments)) for c in calls]
         self._raw = [argument_text(c.arguments) for c in calls]
+        self._keys = [key(t) for t in self._raw]
 
     def call_for(self, path: str, line_key: str) -> Call | None:
         if len(line_key) < MIN_KEY_CHARS:

@@ -398,8 +398,10 @@ def run(config: EditsConfig, args: EditsArgs) -> EditsResult:
     result = EditsResult(str(repo.top), str(state_path))
     with rio.FileLock(state_path.with_name(state_path.name + ".lock"), wait=False, holder="rlcycle edits"):
         state = State.load(state_path, str(repo.top))
-        episodes = read_episodes(args.logs, config, result)  # before the snapshot: no episode
-        now_ms = int(time.time() * 1000)  # can end after it unseen
+        # The logs are read before the snapshot is taken, so every call this run sees was
+        # answered before the tree it records as "after".
+        episodes = read_episodes(args.logs, config, result)
+        now_ms = int(time.time() * 1000)
         head = repo.head()
         snap = state.observe(now_ms, repo.snapshot(), head)
         result.tree = snap.tree
