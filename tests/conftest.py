@@ -235,6 +235,7 @@ MODULE_MARKS = {  # modules that need a thing without asking for its fixture
     "test_rollout_ray": ("ray", "docker"),
     "test_collect_ray": ("ray",),  # a two-node Ray cluster on loopback
     "test_gateway_clients": ("clients",),  # pinned agent frameworks in venvs of their own
+    "test_edits_clients": ("clients",),  # mini-swe-agent's pinned venv, as test_gateway_clients
     "test_vllm_upstream": ("vllm",),  # starts (and kills) a vLLM of its own
 }
 # Tests that need none of the above but took over 5 s each on 2 shared cores (`--durations`,

@@ -65,6 +65,7 @@ def _register() -> None:
         cycle_cmd,
         deploy_cmd,
         distill_cmd,
+        edits_cmd,
         eval_cmd,
         gateway_cmd,
         inspect_cmd,
@@ -91,6 +92,7 @@ def _register() -> None:
         ("init-model", model_cmd.init_model),
         ("serve", model_cmd.serve),
         ("gateway", gateway_cmd.gateway),
+        ("edits", edits_cmd.edits),
     ):
         app.command(name)(function)
     app.add_typer(deploy_cmd.registry_app, name="registry")

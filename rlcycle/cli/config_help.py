@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cycle": ("rlcycle.cycle:CycleConfig", "cycle"),
     "gateway": ("rlcycle.gateway.config:GatewayConfig", "gateway"),
     "serve": ("rlcycle.policy.vllm_serve:VllmServeConfig", "serve"),
+    "edits": ("rlcycle.edits.stage:EditsConfig", "edits"),
 }
 
 
