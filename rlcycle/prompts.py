@@ -1,0 +1,326 @@
+"""Prompts stored once: a completion's prompt recorded as what it adds to an earlier sample.
+
+An agent session's call t+1 usually sends call t's prompt and completion again, plus the tool
+output and the next messages. Stored in full at every call, a session costs the square of its
+length; stored as a delta it costs its unique tokens. The layout (events, trajectories and
+examples alike; docs/design.md "Prompts stored once"):
+
+    prompt_parent  string        sample_id of an earlier sample of the same session; null: a root
+    prompt_shared  int32         leading tokens of the parent's *context* this prompt keeps
+    prompt_added   list<int32>   the prompt's tokens after them
+    prompt_ids     list<int32>   the whole prompt: null in this layout, set in the old one
+
+    context(s) = prompt(s) + completion_ids(s)
+    prompt(r)  = context(parent)[:prompt_shared] + prompt_added      (a root: prompt_added)
+
+A row *extends* its parent when `prompt_shared == len(context(parent))`: its prompt is the
+parent's whole context followed by new tokens. A run of rows each extending the one before is
+a *segment*: one forward pass over its last row's context scores every row's completion
+(train, docs/train.md "Segments"). A row that does not extend its parent (a chat template that
+drops reasoning from history, a compacted history, a retry) starts a new segment.
+
+Everything here works on flat numpy arrays (no per-token Python), and reconstructing a prompt
+walks its parent chain once and copies only the tokens it returns: linear in what it returns.
+Analysts get every full prompt with one call: `full_prompts(table)` (or
+`rlcycle inspect FILE --full-prompts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from rlcycle.errors import InputError
+
+DELTA_COLUMNS = ("prompt_parent", "prompt_shared", "prompt_added")
+
+
+def lcp(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two id arrays."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
+
+
+def delta(prompt: Sequence[int], parent_context: Sequence[int] | None) -> tuple[int, list[int]]:
+    """(prompt_shared, prompt_added) of `prompt` against a parent's context (None: a root)."""
+    p = np.asarray(prompt, dtype=np.int64)
+    if parent_context is None:
+        return 0, p.tolist()
+    shared = lcp(p, np.asarray(parent_context, dtype=np.int64))
+    return shared, p[shared:].tolist()
+
+
+def _lists(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, offsets, valid) of a list<int> column, zero-copy where Arrow allows."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(arr, pa.ChunkedArray):  # combine_chunks of an empty column
+        arr = pa.array([], pa.list_(pa.int32()))
+    if pa.types.is_large_list(arr.type):
+        arr = arr.cast(pa.list_(arr.type.value_type))
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    # Offsets of a sliced array start past 0; values are indexed by them as they are.
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    values = arr.values.to_numpy(zero_copy_only=False)
+    return values, offsets, valid
+
+
+@dataclass
+class Prompts:
+    """The prompts of a table's rows, resolved: parent row indices, shared lengths, added ids.
+
+    `parent[i]` is the row index of row i's parent (-1: a root); rows in the old layout are
+    roots whose `added` is their whole prompt. Build one with `from_table`."""
+
+    parent: np.ndarray  # int64, -1 for roots
+    shared: np.ndarray  # int64
+    added_values: np.ndarray
+    added_offsets: np.ndarray
+    completion_values: np.ndarray
+    completion_offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def added(self, i: int) -> np.ndarray:
+        return self.added_values[self.added_offsets[i] : self.added_offsets[i + 1]]
+
+    def completion(self, i: int) -> np.ndarray:
+        return self.completion_values[self.completion_offsets[i] : self.completion_offsets[i + 1]]
+
+    @property
+    def prompt_lens(self) -> np.ndarray:
+        return self.shared + np.diff(self.added_offsets)
+
+    @property
+    def context_lens(self) -> np.ndarray:
+        return self.prompt_lens + np.diff(self.completion_offsets)
+
+    def extends(self) -> np.ndarray:
+        """Per row: its prompt is its parent's whole context followed by new tokens."""
+        ctx = self.context_lens
+        has = self.parent >= 0
+        out = np.zeros(len(self), dtype=bool)
+        out[has] = self.shared[has] == ctx[self.parent[has]]
+        return out
+
+    def prefix(self, i: int, n: int, *, context: bool = False) -> np.ndarray:
+        """The first `n` tokens of row i's prompt (or of its context with `context=True`).
+
+        Walks the parent chain down to the first row whose own tokens cover the start, then
+        copies the pieces: linear in `n` plus the chain's length."""
+        pieces: list[np.ndarray] = []
+        while n > 0:
+            if context:
+                plen = int(self.shared[i]) + len(self.added(i))
+                if n > plen:
+                    pieces.append(self.completion(i)[: n - plen])
+                    n = plen
+            sh = int(self.shared[i])
+            if n > sh:
+                pieces.append(self.added(i)[: n - sh])
+                n = sh
+            if n == 0:
+                break
+            i, context = int(self.parent[i]), True
+        if not pieces:
+            return np.zeros(0, dtype=self.added_values.dtype)
+        return np.concatenate(pieces[::-1])
+
+    def prompt(self, i: int) -> np.ndarray:
+        return self.prefix(i, int(self.prompt_lens[i]))
+
+    def context(self, i: int) -> np.ndarray:
+        return self.prefix(i, int(self.context_lens[i]), context=True)
+
+
+def has_delta(table: pa.Table | pa.Schema) -> bool:
+    names = table.names if isinstance(table, pa.Schema) else table.column_names
+    return all(c in names for c in DELTA_COLUMNS)
+
+
+def from_table(table: pa.Table, source: str = "<table>") -> Prompts:
+    """Resolve a table's prompt columns (either layout, or a mix) into `Prompts`.
+
+    A row with `prompt_ids` set is a root holding its whole prompt; otherwise its parent must be
+    another row of the table and the references must form no cycle and point inside the
+    parent's context — anything else is an InputError naming the row (collect quarantines such
+    rows, so its outputs never hold one)."""
+    n = table.num_rows
+    comp_values, comp_offsets, _ = _lists(table.column("completion_ids"))
+    full = table.column("prompt_ids") if "prompt_ids" in table.column_names else pa.nulls(n, pa.list_(pa.int32()))
+    full_values, full_offsets, full_valid = _lists(full)
+    if not has_delta(table):
+        return Prompts(
+            np.full(n, -1, np.int64), np.zeros(n, np.int64), full_values, full_offsets, comp_values, comp_offsets
+        )
+    add_values, add_offsets, add_valid = _lists(table.column("prompt_added"))
+    shared = table.column("prompt_shared").to_numpy(zero_copy_only=False)
+    shared = np.nan_to_num(np.asarray(shared, dtype=np.float64), nan=0).astype(np.int64)
+    ids = table.column("sample_id").to_pylist()
+    index = {s: i for i, s in enumerate(ids)}
+    parent_ids = table.column("prompt_parent").to_pylist()
+    parent = np.full(n, -1, np.int64)
+    for i, p in enumerate(parent_ids):
+        if full_valid[i] or p is None:
+            continue
+        j = index.get(p)
+        if j is None:
+            raise InputError(f"{source}: row {i} (sample {ids[i]!r}): prompt_parent {p!r} is not a row of this file")
+        parent[i] = j
+    # Per row, the ids it holds itself: the full prompt (old layout) or the added tokens.
+    use_full = full_valid
+    shared = np.where(use_full | (parent < 0), 0, shared)
+    lens = np.where(use_full, np.diff(full_offsets), np.where(add_valid, np.diff(add_offsets), 0))
+    starts = np.where(use_full, full_offsets[:-1], add_offsets[:-1])
+    values, offsets = _gather([(full_values, full_offsets), (add_values, add_offsets)], use_full, starts, lens)
+    prompts = Prompts(parent, shared, values, offsets, comp_values, comp_offsets)
+    _check_refs(prompts, ids, source)
+    return prompts
+
+
+def _gather(sources, use_first: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One flat values/offsets pair from two list columns, row by row (vectorised)."""
+    offsets = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    total = int(offsets[-1])
+    dtype = np.result_type(sources[0][0].dtype, sources[1][0].dtype) if total else np.int32
+    values = np.empty(total, dtype=dtype)
+    if total:
+        row = np.repeat(np.arange(len(lens)), lens)
+        pos = np.arange(total) - offsets[row] + starts[row]
+        first = use_first[row]
+        values[first] = sources[0][0][pos[first]]
+        values[~first] = sources[1][0][pos[~first]]
+    return values, offsets
+
+
+def _check_refs(p: Prompts, ids: list, source: str) -> None:
+    """No cycle, and each shared length inside its parent's context."""
+    n = len(p)
+    state = np.zeros(n, np.int8)  # 0 unseen, 1 on the current path, 2 done
+    for start in range(n):
+        path = []
+        i = start
+        while i >= 0 and state[i] == 0:
+            state[i] = 1
+            path.append(i)
+            i = int(p.parent[i])
+        if i >= 0 and state[i] == 1:
+            raise InputError(f"{source}: row {i} (sample {ids[i]!r}): prompt_parent references form a cycle")
+        for k in path:
+            state[k] = 2
+    ctx = p.context_lens
+    has = p.parent >= 0
+    bad = np.flatnonzero(has & (p.shared > np.where(has, ctx[np.maximum(p.parent, 0)], 0)))
+    bad = np.concatenate([bad, np.flatnonzero(p.shared < 0)])
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(
+            f"{source}: row {i} (sample {ids[i]!r}): prompt_shared {int(p.shared[i])} is outside its parent's "
+            f"context ({int(ctx[p.parent[i]]) if p.parent[i] >= 0 else 0} tokens)"
+        )
+
+
+def full_prompts(table: pa.Table, source: str = "<table>") -> pa.Array:
+    """Every row's whole prompt as a list<int32> array, whatever layout the table uses."""
+    p = from_table(table, source)
+    out = [p.prompt(i) for i in range(len(p))]
+    lens = np.array([len(x) for x in out], np.int64)
+    offsets = np.zeros(len(out) + 1, np.int32 if lens.sum() < 2**31 else np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    values = np.concatenate(out).astype(np.int32) if out else np.zeros(0, np.int32)
+    typ = pa.ListArray if offsets.dtype == np.int32 else pa.LargeListArray
+    return typ.from_arrays(pa.array(offsets), pa.array(values, pa.int32()))
+
+
+def with_full_prompts(data: pa.Table | str | Path, source: str | None = None) -> pa.Table:
+    """The table (or Arrow/Parquet file) with `prompt_ids` filled in for every row.
+
+    The one call an analyst needs: `pl.from_arrow(rlcycle.prompts.with_full_prompts(path))`."""
+    if not isinstance(data, pa.Table):
+        from rlcycle import io as rio
+
+        source = source or str(data)
+        data = rio.read_table(data)
+    prompts = full_prompts(data, source or "<table>")
+    if "prompt_ids" in data.column_names:
+        i = data.column_names.index("prompt_ids")
+        return data.set_column(i, pa.field("prompt_ids", prompts.type), prompts)
+    return data.append_column("prompt_ids", prompts)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Rows whose contexts extend one another: `rows` in order, each row's context length."""
+
+    rows: list[int]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def segments(p: Prompts, rows: Sequence[int] | None = None) -> list[Segment]:
+    """Split rows (default all) into segments: a row joins the segment of its parent when it
+    extends the parent and the parent is that segment's last row (the first such child claims
+    it); otherwise it starts a segment. Rows are taken parents first, in index order.
+
+    A row left out of `rows` (filtered by train) still lies inside later rows' contexts; a kept
+    row extending it joins through it (its parent's segment is looked up through the chain).
+    Each segment's sequence is `p.context(rows[-1])`; row r's completion sits at
+    `[p.prompt_lens[r], p.context_lens[r])` in it."""
+    n = len(p)
+    ext = p.extends()
+    seg_of = np.full(n, -1, np.int64)  # segment index of each row, for every row
+    last_of: list[int] = []  # last row (any row) of each segment
+    members: list[list[int]] = []
+    keep = np.zeros(n, dtype=bool)
+    keep[np.asarray(list(range(n)) if rows is None else rows, dtype=np.int64)] = True
+    for i in _topological(p):
+        par = int(p.parent[i])
+        if par >= 0 and ext[i] and last_of[seg_of[par]] == par:
+            s = int(seg_of[par])
+            last_of[s] = i
+        else:
+            s = len(last_of)
+            last_of.append(i)
+            members.append([])
+        seg_of[i] = s
+        if keep[i]:
+            members[s].append(i)
+    return [Segment(m) for m in members if m]
+
+
+def _topological(p: Prompts) -> np.ndarray:
+    """Row indices, every parent before its children, otherwise in index order."""
+    if np.all(p.parent < np.arange(len(p))):
+        return np.arange(len(p))
+    depth = np.full(len(p), -1, np.int64)
+    for start in range(len(p)):
+        path = []
+        i = start
+        while i >= 0 and depth[i] < 0:
+            path.append(i)
+            i = int(p.parent[i])
+        d = depth[i] if i >= 0 else -1
+        for k in reversed(path):
+            d += 1
+            depth[k] = d
+    return np.lexsort((np.arange(len(p)), depth))
+
+
+def stored_tokens(table: pa.Table) -> int:
+    """Token ids a table stores for its prompts and completions (the budget's numerator)."""
+    total = 0
+    for c in ("prompt_ids", "prompt_added", "completion_ids"):
+        if c in table.column_names:
+            for ch in table.column(c).chunks:
+                o = ch.offsets.to_numpy()
+                total += int(o[-1] - o[0]) if len(o) else 0
+    return total
