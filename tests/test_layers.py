@@ -26,6 +26,7 @@ FLOORS: dict[str, int] = {
     "cycle": 4,
     "report": 4,
     "gateway": 4,
+    "edits": 4,  # reads gateway logs with collect's readers, writes events: above the stages, like report
     "collect": 3,
     "distill": 3,
     "train": 3,
@@ -52,6 +53,7 @@ FLOORS: dict[str, int] = {
     "faults": 1,
     "resources": 1,
     "digest": 1,
+    "prompts": 1,
 }
 STAGE_FLOOR = 3
 
