@@ -157,6 +157,17 @@ def lr_lambda(config: TrainConfig, n_steps: int):
 # --- log-probabilities ---------------------------------------------------------------------------
 
 
+def _forward(model, batch, device, **kw):
+    """One ordinary (unshared) forward pass of a micro-batch, without a KV cache."""
+    return model(
+        input_ids=batch.input_ids.to(device),
+        attention_mask=None if batch.attention_mask is None else batch.attention_mask.to(device),
+        position_ids=batch.position_ids.to(device),
+        use_cache=False,
+        **kw,
+    )
+
+
 def completion_logprobs(model, batch: D.Batch, device, chunk_tokens: int = 0) -> torch.Tensor:
     """ℓ_t for every completion token of the batch, float32, flat in `keep` order.
 
@@ -174,13 +185,7 @@ def completion_logprobs(model, batch: D.Batch, device, chunk_tokens: int = 0) ->
         if batch.prefix_ids is not None:
             out = PX.suffix_forward(model, batch, device, **kw)
         else:
-            out = model(
-                input_ids=batch.input_ids.to(device),
-                attention_mask=None if batch.attention_mask is None else batch.attention_mask.to(device),
-                position_ids=batch.position_ids.to(device),
-                use_cache=False,
-                **kw,
-            )
+            out = _forward(model, batch, device, **kw)
         hidden = out.hidden_states[-1][keep]  # the final (normed) hidden states, completion positions
         del out
         temp = None if batch.temperature is None else batch.temperature.to(device)
@@ -188,13 +193,7 @@ def completion_logprobs(model, batch: D.Batch, device, chunk_tokens: int = 0) ->
     if batch.prefix_ids is not None:  # a shared-prefix pass (prefix.py)
         logits = PX.suffix_logits(model, batch, device, keep)
     else:
-        logits = model(
-            input_ids=batch.input_ids.to(device),
-            attention_mask=None if batch.attention_mask is None else batch.attention_mask.to(device),
-            position_ids=batch.position_ids.to(device),
-            use_cache=False,
-            logits_to_keep=keep,
-        ).logits
+        logits = _forward(model, batch, device, logits_to_keep=keep).logits
     if logits.dim() == 3:  # a model that ignores a boolean logits_to_keep returns all positions
         logits = logits[keep]
     logits = logits.float()
