@@ -19,11 +19,10 @@ import textwrap
 import polars as pl
 import pytest
 
-from rlcycle.policy.base import Generation
 from rlcycle.policy.registry import Entry, Registry
 from tests.edits_world import commit_all
 from tests.test_gateway import _scripted_upstream, _start, world  # noqa: F401  (fixture)
-from tests.test_gateway_clients import CALL, _drive, _repo, _venv
+from tests.test_gateway_clients import CALL, Scripted, _drive, _repo, _venv
 
 pytestmark = pytest.mark.slow
 
@@ -68,29 +67,6 @@ print("EXIT", result.get("exit_status"))
 ENV = {"MSWEA_COST_TRACKING": "ignore_errors", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_CONFIGURED": "true"}
 
 
-class Scripted:
-    """The stand-in model of tests/test_gateway_clients.py with this test's scripts."""
-
-    def __init__(self, tokenizer_dir: str):
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        self.end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    def generate(self, prompts, params):
-        out = []
-        for p in prompts:
-            text = self.tokenizer.decode(p, skip_special_tokens=False)
-            step = text.count("<|im_start|>assistant") - 1
-            script = next((s for k, s in SCRIPTS.items() if k in text), ["I do not know this task."])
-            ids = list(self.tokenizer(script[min(step, len(script) - 1)], add_special_tokens=False)["input_ids"])
-            out.append(Generation([*ids, self.end], [-0.5] * (len(ids) + 1), "stop", 1.0))
-        return out
-
-    def close(self) -> None:
-        pass
-
-
 def _second_version(world, root):  # noqa: F811
     """A second checkpoint, `production` of a registry of its own."""
     from rlcycle import model_init
@@ -108,7 +84,7 @@ def test_mini_swe_agent_edits_persistence_end_to_end(cli, world, tmp_path):  # n
     world_b = _second_version(world, tmp_path)
     repo = _repo(tmp_path)
     out, logs = tmp_path / "edit-events", [tmp_path / "logs-a", tmp_path / "logs-b"]
-    servers = [_scripted_upstream(w, Scripted(str(world["model"]))) for w in (world, world_b)]
+    servers = [_scripted_upstream(w, Scripted(str(world["model"]), SCRIPTS)) for w in (world, world_b)]
     gateways = [_start(w, d, upstream=s.url) for w, d, s in zip((world, world_b), logs, servers, strict=True)]
 
     def edits(*sets: str) -> dict:

@@ -78,9 +78,10 @@ SCRIPTS = {
 class Scripted:
     """A stand-in model: the completion scripted for the task named in the prompt, by step."""
 
-    def __init__(self, tokenizer_dir: str):
+    def __init__(self, tokenizer_dir: str, scripts: dict[str, list[str]] | None = None):
         from transformers import AutoTokenizer
 
+        self.scripts = SCRIPTS if scripts is None else scripts
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         self.end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
 
@@ -89,7 +90,7 @@ class Scripted:
         for p in prompts:
             text = self.tokenizer.decode(p, skip_special_tokens=False)
             step = text.count("<|im_start|>assistant") - 1
-            script = next((s for k, s in SCRIPTS.items() if k in text), ["I do not know this task."])
+            script = next((s for k, s in self.scripts.items() if k in text), ["I do not know this task."])
             body = script[min(step, len(script) - 1)]
             ids = list(self.tokenizer(body, add_special_tokens=False)["input_ids"]) + [self.end]
             out.append(Generation(ids, [-0.5] * len(ids), "stop", 1.0))
