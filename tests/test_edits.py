@@ -245,3 +245,32 @@ def test_git_missing_objects_do_not_crash_a_run(cli, world):
     rec = edits(cli, world, *LATER)
     assert rec["episodes_skipped"] == {"snapshot pruned from the object store": 1}, rec
     assert subprocess.run(["git", "fsck", "--no-dangling"], cwd=repo, capture_output=True).returncode == 0
+
+
+def test_the_state_forgets_what_cannot_matter_and_outcomes_still_arrive_once(cli, world):
+    """keep_snapshots_s=0: every run prunes as far as it can. An open episode holds the horizon
+    (and its before-snapshot) back; a forgotten episode still in the log is ignored, never
+    recorded or emitted again; a pending proposal is kept whatever its age."""
+    repo, log = world["repo"], world["log"]
+    state = repo / ".git" / "rlcycle" / "edits-state.json"
+    forget = ["--set", "keep_snapshots_s=0"]
+    edits(cli, world, *LATER)  # the before snapshot
+    sample = log.call("sess-p-e0", [("write_file", write(repo, "p.py", "P = 1\nQ = 2\n"))])
+    still = edits(cli, world, *forget, "--set", "settle_s=3600")  # open: nothing of it forgotten
+    assert still["episodes_open"] == 1 and len(json.loads(state.read_text())["snapshots"]) == 2, still
+    rec = edits(cli, world, *LATER, *forget)
+    assert rec["episodes_recorded"] == 1 and rec["lines_proposed"] == 2, rec
+    doc = json.loads(state.read_text())  # the episode is forgotten; its pending proposal is not
+    assert doc["episodes"] == {} and [e["status"] for e in doc["edits"]] == ["pending"], doc
+    assert doc["horizon_ms"] > 0 and len(doc["snapshots"]) == 1 and rec["pruned"]["episodes"] == 1
+    (repo / "p.py").write_text("P = 1\n")
+    obs = edits(cli, world, *NOW, *forget)
+    assert obs["outcomes_emitted"] == 1 and obs["lines_surviving"] == 1, obs
+    assert obs["episodes_before_horizon"] == 1 and obs["episodes_recorded"] == 0
+    for _ in range(2):  # the emitted proposal is forgotten next run; nothing comes back
+        again = edits(cli, world, *NOW, *forget)
+        assert again["outcomes_emitted"] == 0 and again["episodes_recorded"] == 0 and again["output"] is None
+        assert again["episodes_before_horizon"] == 1
+    doc = json.loads(state.read_text())
+    assert (doc["episodes"], doc["edits"], len(doc["snapshots"])) == ({}, [], 1), doc
+    assert list(read_outcomes(world["out"])) == [f"{sample}-c0"]

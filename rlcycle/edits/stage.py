@@ -82,7 +82,9 @@ class EditsConfig:
         16 << 20, help="Bytes of diff per episode, and of files per observation, beyond which it is skipped."
     )
     keep_snapshots_s: float = cfg(
-        2 * 86400.0, help="Forget working-tree snapshots older than this (episodes before them are skipped)."
+        2 * 86400.0,
+        help="The state's memory: snapshots last seen, episodes started and outcomes decided longer ago are "
+        "forgotten, and older episodes in the logs are ignored (docs/edits.md, State).",
     )
     session_prefix: str = cfg(
         "", help="Only episodes whose session id starts with this (agents of other repositories share the log)."
@@ -119,6 +121,7 @@ class EditsResult:
     episodes_seen: int = 0
     episodes_recorded: int = 0
     episodes_open: int = 0  # last call newer than settle_s
+    episodes_before_horizon: int = 0  # in the logs, started before the state's horizon: ignored
     episodes_skipped: Counter = field(default_factory=Counter)  # reason -> n (this run)
     proposals_recorded: int = 0
     lines_proposed: int = 0
@@ -129,6 +132,7 @@ class EditsResult:
     lines_surviving: int = 0
     proposals_waiting: int = 0  # not yet observe_after_s old
     proposals_skipped: Counter = field(default_factory=Counter)  # reason -> n (this run)
+    pruned: dict[str, int] = field(default_factory=dict)  # what the state forgot this run
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -205,21 +209,32 @@ def read_episodes(logs: list[str], config: EditsConfig, result: EditsResult) -> 
 # --- step 2: record what each finished episode proposed ----------------------------------------
 
 
-def record(repo: Repo, state: State, episodes: list[Episode], now_ms: int, config: EditsConfig, result) -> None:
+def record(repo: Repo, state: State, episodes: list[Episode], now_ms: int, config: EditsConfig, result) -> list[int]:
+    """Record the finished episodes not seen before; returns the starts of those still open."""
     settle_ms = int(config.settle_s * 1000)
+    open_starts = []
     for ep in episodes:
         result.episodes_seen += 1
         if ep.episode_id in state.episodes:
             continue
+        if ep.start_ms < state.horizon_ms:  # forgotten (state.py, "Pruning"): never recorded again
+            result.episodes_before_horizon += 1
+            continue
         if ep.end_ms + settle_ms > now_ms:
             result.episodes_open += 1
+            open_starts.append(ep.start_ms)
             continue
         reason = _record_one(repo, state, ep, settle_ms, config, result)
-        state.episodes[ep.episode_id] = {"status": "skipped" if reason else "recorded", "reason": reason}
+        state.episodes[ep.episode_id] = {
+            "status": "skipped" if reason else "recorded",
+            "reason": reason,
+            "start_ms": ep.start_ms,
+        }
         if reason:
             result.episodes_skipped[reason] += 1
         else:
             result.episodes_recorded += 1
+    return open_starts
 
 
 def _record_one(repo: Repo, state: State, ep: Episode, settle_ms: int, config, result) -> str | None:
@@ -287,7 +302,7 @@ def observe(repo: Repo, state: State, now_ms: int, head: str | None, config: Edi
             continue
         if config.target == "worktree" and e.head and not (head and repo.is_ancestor(e.head, head)):
             if now_ms - e.ended_ms >= int(config.give_up_s * 1000):
-                _skip(e, "history_rewritten", result)
+                _skip(e, "history_rewritten", now_ms, result)
             else:
                 result.proposals_waiting += 1
             continue
@@ -305,7 +320,7 @@ def observe(repo: Repo, state: State, now_ms: int, head: str | None, config: Edi
             found = _line_counts(repo, target, after_tree, edits, config, result)
         except DiffTooLarge:
             for e in edits:
-                _skip(e, f"observation over max_diff_bytes ({config.max_diff_bytes:,})", result)
+                _skip(e, f"observation over max_diff_bytes ({config.max_diff_bytes:,})", now_ms, result)
             continue
         counts, changed = found
         surviving_of = _match(edits, counts, changed)
@@ -374,8 +389,8 @@ def _match(edits: list[Edit], counts: dict[str, Counter], changed: set[str]) -> 
     return surviving
 
 
-def _skip(e: Edit, reason: str, result: EditsResult) -> None:
-    e.status, e.reason = "skipped", reason
+def _skip(e: Edit, reason: str, now_ms: int, result: EditsResult) -> None:
+    e.status, e.reason, e.observed_ms = "skipped", reason, now_ms
     result.proposals_skipped[reason] += 1
 
 
@@ -405,7 +420,7 @@ def run(config: EditsConfig, args: EditsArgs) -> EditsResult:
         head = repo.head()
         snap = state.observe(now_ms, repo.snapshot(), head)
         result.tree = snap.tree
-        record(repo, state, episodes, now_ms, config, result)
+        open_starts = record(repo, state, episodes, now_ms, config, result)
         events = observe(repo, state, now_ms, head, config, result)
         if events:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -414,7 +429,7 @@ def run(config: EditsConfig, args: EditsArgs) -> EditsResult:
             # events first, state second: a crash between them re-emits the same event ids
             rio.atomic_write_text(path, "".join(json.dumps(e) + "\n" for e in events))
             result.output = str(path)
-        state.prune(now_ms - int(config.keep_snapshots_s * 1000))
+        result.pruned = state.prune(now_ms - int(config.keep_snapshots_s * 1000), open_starts)
         state.save(state_path)
     result.seconds = time.monotonic() - started
     return result
@@ -430,6 +445,8 @@ def format_summary(r: EditsResult) -> str:
         f"  outcomes      {r.outcomes_emitted} emitted ({r.lines_surviving} lines surviving), "
         f"{r.proposals_waiting} waiting -> {r.output or 'nothing written'}",
     ]
+    if r.episodes_before_horizon:
+        lines.append(f"  ignored       {r.episodes_before_horizon} episodes older than the state's horizon")
     for reason, n in sorted({**r.episodes_skipped, **r.proposals_skipped}.items()):
         lines.append(f"  skipped       {n:>5}  {reason}")
     if r.binary_files:

@@ -5,12 +5,22 @@ In/out: one JSON document (written atomically, then renamed), by default
 (git never commits what is in its own directory). It holds
 - `snapshots`: the working tree as a tree id over [first_ms, last_ms] (the run times that saw
   it), and HEAD then: where an episode's before/after trees come from;
-- `episodes`: episode id -> how it was handled (recorded, or skipped and why), so a later run
-  neither records nor counts it again;
+- `episodes`: episode id -> how it was handled (recorded, or skipped and why) and when it
+  started, so a later run neither records nor counts it again;
 - `edits`: one per tool call that proposed lines: its sample and call ids, when its episode
   ended, the HEAD and tree after it, and per file the *hashes* of the lines it proposed
-  (rlcycle/edits/lines.py), then `status` pending / emitted / skipped.
+  (rlcycle/edits/lines.py), then `status` pending / emitted / skipped;
+- `horizon_ms`: episodes of the logs that started before it are not looked at (forgotten).
 File paths and line hashes are all it keeps of the repository.
+
+Pruning (`prune`, every run, after its work): with c = now - keep_snapshots_s, held back to the
+start of any episode still open, the state forgets the snapshots last seen before c (but keeps
+the one in force at c, which an episode starting then needs, and always the newest), the
+proposals emitted or skipped before c (pending ones are kept whatever their age), and the
+episodes that started before c; `horizon_ms` moves up to c. Forgetting is safe because nothing
+is decided twice: a forgotten episode is behind the horizon, so a later run ignores it in the
+logs (counted as `episodes_before_horizon`) and never records its lines again, hence never
+re-emits its outcomes.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ class Edit:
     status: str = "pending"  # pending / emitted / skipped
     reason: str | None = None  # why skipped
     lines_surviving: int | None = None
-    observed_ms: int | None = None
+    observed_ms: int | None = None  # when it was emitted or skipped
 
     @property
     def lines_proposed(self) -> int:
@@ -61,6 +71,7 @@ class State:
     snapshots: list[Snapshot] = field(default_factory=list)
     episodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     edits: list[Edit] = field(default_factory=list)
+    horizon_ms: int = 0  # episodes that started before it are forgotten (module docstring)
 
     @classmethod
     def load(cls, path: Path, repo: str) -> State:
@@ -75,6 +86,7 @@ class State:
                 [Snapshot(**s) for s in data["snapshots"]],
                 data["episodes"],
                 [Edit(**e) for e in data["edits"]],
+                int(data.get("horizon_ms", 0)),
             )
         except (ValueError, KeyError, TypeError) as e:
             raise InputError(
@@ -95,6 +107,7 @@ class State:
             "snapshots": [asdict(s) for s in self.snapshots],
             "episodes": self.episodes,
             "edits": [asdict(e) for e in self.edits],
+            "horizon_ms": self.horizon_ms,
         }
         rio.atomic_write_text(path, json.dumps(doc, separators=(",", ":")) + "\n")
 
@@ -118,6 +131,22 @@ class State:
         """The first tree seen at or after `ms`."""
         return next((s for s in self.snapshots if s.last_ms >= ms), None)
 
-    def prune(self, older_than_ms: int) -> None:
-        """Forget snapshots last seen before `older_than_ms` (the newest one always stays)."""
-        self.snapshots = [s for s in self.snapshots[:-1] if s.last_ms >= older_than_ms] + self.snapshots[-1:]
+    def prune(self, cutoff_ms: int, open_starts: list[int]) -> dict[str, int]:
+        """Forget what can never matter again (module docstring, "Pruning"): `cutoff_ms` is now -
+        keep_snapshots_s, `open_starts` the starts of the episodes still open. Returns how many
+        snapshots, episodes and proposals were forgotten."""
+        c = min([cutoff_ms, *open_starts])
+        in_force = self.before(c)
+        kept = [s for s in self.snapshots[:-1] if s.last_ms >= c or s is in_force] + self.snapshots[-1:]
+        self.horizon_ms = max(self.horizon_ms, c)
+        episodes = {
+            k: v for k, v in self.episodes.items() if v.get("start_ms") is None or v["start_ms"] >= self.horizon_ms
+        }
+        edits = [e for e in self.edits if e.status == "pending" or (e.observed_ms or e.ended_ms) >= c]
+        pruned = {
+            "snapshots": len(self.snapshots) - len(kept),
+            "episodes": len(self.episodes) - len(episodes),
+            "proposals": len(self.edits) - len(edits),
+        }
+        self.snapshots, self.episodes, self.edits = kept, episodes, edits
+        return pruned
