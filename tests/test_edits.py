@@ -274,3 +274,32 @@ def test_the_state_forgets_what_cannot_matter_and_outcomes_still_arrive_once(cli
     doc = json.loads(state.read_text())
     assert (doc["episodes"], doc["edits"], len(doc["snapshots"])) == ({}, [], 1), doc
     assert list(read_outcomes(world["out"])) == [f"{sample}-c0"]
+
+
+def test_a_foreign_or_broken_state_file_and_an_overlapping_run_are_clear_errors(cli, world, tmp_path):
+    from rlcycle import io as rio
+
+    edits(cli, world, *LATER)
+    state = world["repo"] / ".git" / "rlcycle" / "edits-state.json"
+    other = make_repo(tmp_path / "other")
+    r = edits(cli, {**world, "repo": other}, "--state", state, ok=False)  # another repository's state
+    assert r.exit_code == 2 and "belongs to the repository" in r.stderr and "--state" in r.stderr, r.output
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"version": 1, "repo": ')
+    r = edits(cli, world, "--state", broken, ok=False)
+    assert r.exit_code == 2 and "unreadable" in r.stderr, r.output
+    with rio.FileLock(state.with_name(state.name + ".lock"), wait=False, holder="another run"):
+        r = edits(cli, world, ok=False)  # cron's next tick while a slow run still holds the state
+    assert r.exit_code == 1 and "locked by another run" in r.stderr, r.output
+    assert edits(cli, world, *LATER)["episodes_seen"] == 0  # the state is intact afterwards
+
+
+def test_an_observation_over_the_byte_bound_is_a_final_counted_skip(cli, world):
+    repo = world["repo"]
+    agent_episode(cli, world)
+    (repo / "data.py").write_text("".join(f"row_{i} = {i}\n" for i in range(500)))  # the user's big file
+    out = edits(cli, world, *NOW, "--set", "max_diff_bytes=1024")
+    assert out["proposals_skipped"] == {"observation over max_diff_bytes (1,024)": 3}, out
+    assert out["outcomes_emitted"] == 0 and read_outcomes(world["out"]) == {}
+    again = edits(cli, world, *NOW)  # decided: a larger bound later does not observe it after all
+    assert again["outcomes_emitted"] == 0 and again["proposals_skipped"] == {}
