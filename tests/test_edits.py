@@ -156,8 +156,10 @@ def test_rewritten_history_waits_then_is_a_counted_skip(cli, world):
     assert read_outcomes(world["out"]) == {}
 
 
-def test_a_branch_target_counts_what_the_branch_holds(cli, world):
-    """--target main: lines on a branch never merged into main are not kept."""
+def test_a_branch_target_counts_what_the_branch_holds(cli, world, tmp_path):
+    """--target main: lines on a branch never merged into main are not kept. The default
+    worktree target, with main checked out, counts the same (main descends from the HEAD the
+    agent worked on); a branch with commits of its own abandoned is rewritten history."""
     repo, log = world["repo"], world["log"]
     git(repo, "checkout", "-q", "-b", "feature")
     edits(cli, world, *LATER)
@@ -168,6 +170,11 @@ def test_a_branch_target_counts_what_the_branch_holds(cli, world):
     git(repo, "checkout", "-q", "main")
     git(repo, "checkout", "-q", "feature", "--", "a.py")  # only a.py reaches main
     commit_all(repo, "take a.py")
+    state = repo / ".git" / "rlcycle" / "edits-state.json"
+    shutil.copyfile(state, tmp_path / "state.json")
+    # the worktree target (a copy of the state, its own output), main checked out
+    on_main = edits(cli, {**world, "out": tmp_path / "worktree-out"}, *NOW, "--state", tmp_path / "state.json")
+    assert (on_main["outcomes_emitted"], on_main["lines_surviving"]) == (2, 1), on_main
     git(repo, "checkout", "-q", "feature")
     out = edits(cli, world, *NOW, "--target", "main")
     assert out["outcomes_emitted"] == 2
