@@ -29,6 +29,8 @@ Run it often (cron, every minute) beside the agents; each run does three things:
    target, or in a file the target added or changed since the episode (a move); each line
    there is matched at most once (multisets). Re-indented, reformatted or moved lines are kept;
    reverted, deleted or rewritten ones are not.
+4. **Prune** the state (rlcycle/edits/state.py, "Pruning"): what is older than keep_snapshots_s
+   is forgotten, and episodes behind the state's horizon are never recorded again.
 
 The history rule (`target = "worktree"`): the observed HEAD must descend from the HEAD after
 the episode; otherwise (a reset, a force pull, another branch checked out) the outcome waits
