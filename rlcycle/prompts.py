@@ -163,17 +163,16 @@ def from_table(table: pa.Table, source: str = "<table>") -> Prompts:
     add_values, add_offsets, add_valid = _lists(table.column("prompt_added"))
     shared = table.column("prompt_shared").to_numpy(zero_copy_only=False)
     shared = np.nan_to_num(np.asarray(shared, dtype=np.float64), nan=0).astype(np.int64)
-    ids = table.column("sample_id").to_pylist()
-    index = {s: i for i, s in enumerate(ids)}
-    parent_ids = table.column("prompt_parent").to_pylist()
-    parent = np.full(n, -1, np.int64)
-    for i, p in enumerate(parent_ids):
-        if full_valid[i] or p is None:
-            continue
-        j = index.get(p)
-        if j is None:
-            raise InputError(f"{source}: row {i} (sample {ids[i]!r}): prompt_parent {p!r} is not a row of this file")
-        parent[i] = j
+    parent, missing = _parent_rows(table)
+    missing &= ~full_valid
+    if missing.any():
+        i = int(np.flatnonzero(missing)[0])
+        ids = table.column("sample_id")
+        raise InputError(
+            f"{source}: row {i} (sample {ids[i].as_py()!r}): prompt_parent "
+            f"{table.column('prompt_parent')[i].as_py()!r} is not a row of this file"
+        )
+    parent = np.where(full_valid, -1, parent)
     # Per row, the ids it holds itself: the full prompt (old layout) or the added tokens.
     use_full = full_valid
     shared = np.where(use_full | (parent < 0), 0, shared)
@@ -181,8 +180,30 @@ def from_table(table: pa.Table, source: str = "<table>") -> Prompts:
     starts = np.where(use_full, full_offsets[:-1], add_offsets[:-1])
     values, offsets = _gather([(full_values, full_offsets), (add_values, add_offsets)], use_full, starts, lens)
     prompts = Prompts(parent, shared, values, offsets, comp_values, comp_offsets)
-    _check_refs(prompts, ids, source)
+    _check_refs(prompts, table.column("sample_id"), source)
     return prompts
+
+
+def _parent_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(row index of each row's prompt_parent or -1, rows whose named parent is not a row)."""
+    import polars as pl
+
+    n = table.num_rows
+    frame = pl.from_arrow(table.select(["sample_id", "prompt_parent"])).with_row_index("_i")
+    found = (
+        frame.select("_i", "prompt_parent")
+        .join(
+            frame.select(pl.col("sample_id"), pl.col("_i").alias("_p")),
+            left_on="prompt_parent",
+            right_on="sample_id",
+            how="left",
+        )
+        .sort("_i")
+    )
+    parent = found.get_column("_p").fill_null(-1).cast(pl.Int64).to_numpy()
+    named = found.get_column("prompt_parent").is_not_null().to_numpy()
+    assert len(parent) == n
+    return parent, named & (parent < 0)
 
 
 def _gather(sources, use_first: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -201,21 +222,17 @@ def _gather(sources, use_first: np.ndarray, starts: np.ndarray, lens: np.ndarray
     return values, offsets
 
 
-def _check_refs(p: Prompts, ids: list, source: str) -> None:
-    """No cycle, and each shared length inside its parent's context."""
+def _check_refs(p: Prompts, ids: pa.ChunkedArray, source: str) -> None:
+    """No cycle, and each shared length inside its parent's context (vectorised)."""
     n = len(p)
-    state = np.zeros(n, np.int8)  # 0 unseen, 1 on the current path, 2 done
-    for start in range(n):
-        path = []
-        i = start
-        while i >= 0 and state[i] == 0:
-            state[i] = 1
-            path.append(i)
-            i = int(p.parent[i])
-        if i >= 0 and state[i] == 1:
-            raise InputError(f"{source}: row {i} (sample {ids[i]!r}): prompt_parent references form a cycle")
-        for k in path:
-            state[k] = 2
+    up = p.parent.copy()
+    for _ in range(max(1, int(np.ceil(np.log2(max(n, 2))))) + 1):  # pointer jumping
+        if not (up >= 0).any():
+            break
+        up = np.where(up >= 0, up[np.maximum(up, 0)], -1)  # the ancestor twice as far up
+    if (up >= 0).any():
+        i = int(np.flatnonzero(up >= 0)[0])
+        raise InputError(f"{source}: row {i} (sample {ids[i].as_py()!r}): prompt_parent references form a cycle")
     ctx = p.context_lens
     has = p.parent >= 0
     bad = np.flatnonzero(has & (p.shared > np.where(has, ctx[np.maximum(p.parent, 0)], 0)))
@@ -223,7 +240,7 @@ def _check_refs(p: Prompts, ids: list, source: str) -> None:
     if bad.size:
         i = int(bad[0])
         raise InputError(
-            f"{source}: row {i} (sample {ids[i]!r}): prompt_shared {int(p.shared[i])} is outside its parent's "
+            f"{source}: row {i} (sample {ids[i].as_py()!r}): prompt_shared {int(p.shared[i])} is outside its parent's "
             f"context ({int(ctx[p.parent[i]]) if p.parent[i] >= 0 else 0} tokens)"
         )
 
@@ -324,3 +341,96 @@ def stored_tokens(table: pa.Table) -> int:
                 o = ch.offsets.to_numpy()
                 total += int(o[-1] - o[0]) if len(o) else 0
     return total
+
+
+def lcp_pairs(
+    a_values: np.ndarray,
+    a_starts: np.ndarray,
+    a_lens: np.ndarray,
+    b_values: np.ndarray,
+    b_starts: np.ndarray,
+    b_lens: np.ndarray,
+    c_values: np.ndarray,
+    c_starts: np.ndarray,
+    c_lens: np.ndarray,
+    block: int = 1 << 22,
+) -> np.ndarray:
+    """Per pair k: the longest common prefix of `a[k]` and `b[k] + c[k]` (a prompt against an
+    earlier context: that sample's prompt `b` and completion `c`), every slice given by its
+    start and length in a flat values array. Vectorised in blocks of about `block` compared
+    tokens, so it costs a few numpy passes over the tokens compared: linear in the input."""
+    n = len(a_lens)
+    m = np.minimum(a_lens, b_lens + c_lens).astype(np.int64)
+    out = np.zeros(n, np.int64)
+    lo = 0
+    while lo < n:
+        hi, total = lo, 0
+        while hi < n and (hi == lo or total + m[hi] <= block):
+            total += int(m[hi])
+            hi += 1
+        rows = np.arange(lo, hi)
+        mm = m[lo:hi]
+        if total:
+            starts = np.zeros(len(rows), np.int64)
+            np.cumsum(mm[:-1], out=starts[1:])
+            row = np.repeat(np.arange(len(rows)), mm)
+            k = np.arange(total, dtype=np.int64) - starts[row]
+            r = rows[row]
+            a = a_values[a_starts[r] + k]
+            in_b = k < b_lens[r]
+            b = np.where(in_b, _take(b_values, b_starts[r] + k), _take(c_values, c_starts[r] + k - b_lens[r]))
+            first = np.where(a != b, k, np.int64(1) << 62)
+            has = mm > 0
+            mins = np.minimum.reduceat(first, starts[has]) if has.any() else np.zeros(0, np.int64)
+            res = mm.copy()
+            res[has] = np.minimum(mins, mm[has])
+            out[lo:hi] = res
+        lo = hi
+    return out
+
+
+def _take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """values[idx] with out-of-range indices clipped (their lanes are not used)."""
+    if not len(values):
+        return np.zeros(len(idx), np.int64)
+    return values[np.clip(idx, 0, len(values) - 1)]
+
+
+def segment_starts(p: Prompts) -> np.ndarray:
+    """Per row: it starts a segment (see `segments`), computed without a Python loop.
+
+    A row continues its parent's segment when it extends the parent and is the parent's first
+    such child in row order (rows are in an order where parents come first)."""
+    ext = p.extends()
+    starts = ~ext
+    idx = np.flatnonzero(ext)
+    if idx.size:
+        _, first = np.unique(p.parent[idx], return_index=True)
+        claimed = np.zeros(len(p), bool)
+        claimed[idx[first]] = True
+        starts = starts | (ext & ~claimed)
+    return starts
+
+
+def events_with_full_prompts(events: Sequence[dict]) -> list[dict]:
+    """Event dicts (as read from a JSON-lines log) with `prompt_ids` set on every completion.
+
+    For readers that work on events rather than collect's output: a copy of each completion
+    event gets its whole prompt, rebuilt exactly from the delta layout (other events pass
+    through unchanged). A reference to a sample not among `events` is an InputError."""
+    comps = [e for e in events if e.get("type") == "completion"]
+    if not comps:
+        return list(events)
+    ids = pa.list_(pa.int32())
+    table = pa.table(
+        {
+            "sample_id": pa.array([e.get("sample_id") for e in comps], pa.string()),
+            "prompt_ids": pa.array([e.get("prompt_ids") for e in comps], ids),
+            "prompt_parent": pa.array([e.get("prompt_parent") for e in comps], pa.string()),
+            "prompt_shared": pa.array([e.get("prompt_shared") for e in comps], pa.int32()),
+            "prompt_added": pa.array([e.get("prompt_added") for e in comps], ids),
+            "completion_ids": pa.array([e.get("completion_ids") for e in comps], ids),
+        }
+    )
+    whole = iter(full_prompts(table, "<events>").to_pylist())
+    return [{**e, "prompt_ids": next(whole)} if e.get("type") == "completion" else e for e in events]

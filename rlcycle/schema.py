@@ -47,6 +47,8 @@ class Contract:
     schema: pa.Schema
     open_structs: tuple[str, ...] = ()
     doc: str = ""
+    # Columns a file written before they existed may lack (read as null; `conform` adds them).
+    optional: tuple[str, ...] = ()
 
     @property
     def arrow(self) -> pa.Schema:
@@ -57,6 +59,15 @@ class Contract:
 def _fields(*pairs: tuple[str, pa.DataType]) -> pa.Schema:
     return pa.schema([pa.field(n, t, nullable=True) for n, t in pairs])
 
+
+# A completion's prompt stored once (rlcycle/prompts.py, docs/design.md "Prompts stored once"):
+# what it adds to an earlier sample of its session. `prompt_ids` is null in this layout.
+PROMPT_DELTA = (
+    ("prompt_parent", pa.string()),  # sample_id of an earlier sample of the session; null: a root
+    ("prompt_shared", pa.int32()),  # leading tokens of the parent's context (prompt + completion) kept
+    ("prompt_added", pa.list_(pa.int32())),  # the prompt's tokens after them (a root: all of it)
+)
+DELTA_NAMES = tuple(n for n, _ in PROMPT_DELTA)
 
 # --- events: the union of all event types, one row per event (Arrow/Parquet logs) ---------
 EVENTS = Contract(
@@ -72,6 +83,7 @@ EVENTS = Contract(
         ("turn", pa.int32()),
         ("policy_version", pa.string()),
         ("prompt_ids", pa.list_(pa.int32())),
+        *PROMPT_DELTA,
         ("completion_ids", pa.list_(pa.int32())),
         ("completion_logprobs", pa.list_(pa.float32())),
         ("prompt_messages", pa.list_(MESSAGE)),
@@ -93,8 +105,10 @@ EVENTS = Contract(
         ("text", pa.string()),
         ("value", pa.float32()),
         ("kind", pa.string()),
+        ("request_id", pa.string()),  # extension: the client request a completion answered
     ),
     doc="Production events (input of collect); `type` says which fields apply.",
+    optional=("prompt_parent", "prompt_shared", "prompt_added", "request_id"),
 )
 
 # Fields each event type must carry (beyond event_id, type, ts, session_id).
@@ -140,20 +154,26 @@ _TRAJECTORY_EXTENSIONS = (
     ("greedy", pa.bool_()),
     ("top_p", pa.float32()),
     ("pair_key", pa.string()),  # the completion's `pair_key`: the same session across versions
+    # A client retry's orphan: a later call of the session re-sent this sample's prompt and no
+    # call ever continued its completion, so the user never saw it (train leaves it out).
+    ("retried", pa.bool_()),
 )
+# Version 2: prompts stored as deltas (PROMPT_DELTA; `prompt_ids` null) and `retried`.
 TRAJECTORIES = Contract(
     "trajectories",
-    1,
-    _fields(*_TRAJECTORY_FIELDS, *_TRAJECTORY_EXTENSIONS),
+    2,
+    _fields(*_TRAJECTORY_FIELDS, *PROMPT_DELTA, *_TRAJECTORY_EXTENSIONS),
     doc="One row per model sample with its feedback joined (output of collect).",
+    optional=(*DELTA_NAMES, "retried"),
 )
 
 # --- examples: trajectories + rewards and advantages (output of distill) -------------------
 EXAMPLES = Contract(
     "examples",
-    1,
+    2,
     _fields(
         *_TRAJECTORY_FIELDS,
+        *PROMPT_DELTA,
         ("reward", pa.float32()),
         ("reward_parts", pa.struct([])),
         ("group_key", pa.string()),
@@ -163,6 +183,7 @@ EXAMPLES = Contract(
     ),
     open_structs=("reward_parts",),
     doc="Training examples: trajectory columns, reward parts, advantage (output of distill).",
+    optional=DELTA_NAMES,
 )
 
 EVAL_RESULTS = Contract(
@@ -245,6 +266,8 @@ def validate(obj: pa.Schema | pa.Table, contract: Contract, source: str = "<inpu
         )
     names = set(schema.names)
     for f in contract.schema:
+        if f.name not in names and f.name in contract.optional:
+            continue
         if f.name not in names:
             problems.append(f"{source}: missing column {f.name!r} ({f.type})")
             continue

@@ -15,7 +15,9 @@ with its parsed tool calls and their outcomes, the user's messages, and the simu
 late signals. What comes out: event dicts (one JSON object per line of an events log), in
 causal order:
 
-    completion   episode_id, sample_id, turn, policy_version, prompt_ids, completion_ids,
+    completion   episode_id, sample_id, turn, policy_version, the prompt (prompt_parent,
+                 prompt_shared, prompt_added: stored against the session's previous sample,
+                 `prompt_fields`), completion_ids,
                  completion_logprobs, completion_text, tool_calls, latency_ms, temperature,
                  max_new_tokens, pair_key, loss_mask (optional extensions, see below)
     tool_result  sample_id, call_id, status (ok/error/invalid/timeout), error, duration_ms
@@ -58,6 +60,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+from rlcycle import prompts
 
 
 def parse_time_ms(text: str) -> int:
@@ -147,13 +151,30 @@ class GatewayCall:
     n_unlisted_calls: int  # calls the parser found outside the listed tools
 
 
-def prompt_fields(prompt_ids: Sequence[int]) -> dict[str, Any]:
-    """The prompt of a completion event, as it is recorded: today the full `prompt_ids`.
+@dataclass(frozen=True)
+class Parent:
+    """The earlier sample of the session a prompt is stored against, and that sample's context
+    (its prompt and completion ids): the writer keeps only what the prompt adds to it."""
 
-    This is the one place the prompt is laid out. Issue 36 item 1 (a prompt recorded as a
-    reference to the episode's previous call plus what it adds) will be written here, and
-    nowhere else: both producers reach it through `completion_event`."""
-    return {"prompt_ids": list(prompt_ids)}
+    sample_id: str
+    context: Sequence[int]
+
+
+def prompt_fields(prompt_ids: Sequence[int], parent: Parent | None = None) -> dict[str, Any]:
+    """The prompt of a completion event, as it is recorded (docs/design.md, "Prompts stored once").
+
+    This is the one place the prompt is laid out; both producers reach it through
+    `completion_event`. With a parent, the prompt is stored as `prompt_parent` (its sample id),
+    `prompt_shared` (how many leading tokens of its context the prompt keeps) and
+    `prompt_added` (the rest); without one, or when nothing is shared, it is a root whose
+    `prompt_added` is the whole prompt. `prompt_ids` is never written: readers rebuild it
+    exactly (rlcycle/prompts.py)."""
+    shared, added = prompts.delta(prompt_ids, None if parent is None else parent.context)
+    return {
+        "prompt_parent": parent.sample_id if parent is not None and shared else None,
+        "prompt_shared": shared,
+        "prompt_added": added,
+    }
 
 
 def completion_event(
@@ -164,6 +185,7 @@ def completion_event(
     *,
     pair_key: str | None = None,
     loss_mask: Sequence[int] | None = None,
+    parent: Parent | None = None,
 ) -> dict[str, Any]:
     """The `completion` event of one sample (docs/design.md, "Events"), keys in this order:
 
@@ -177,7 +199,7 @@ def completion_event(
         "sample_id": s.sample_id,
         "turn": s.turn,
         "policy_version": served.policy_version,
-        **prompt_fields(s.prompt_ids),
+        **prompt_fields(s.prompt_ids, parent),
         "completion_ids": list(s.completion_ids),
         "completion_logprobs": list(s.logprobs),
         "completion_text": s.text,
@@ -258,6 +280,7 @@ class SessionLog:
     episode: int = 0  # index of the current episode (user request) in the session
     turn: int = 0  # index of the next sample in the current episode
     edits: list[tuple[str, str, int, float]] = field(default_factory=list)  # sample, call, lines, ts
+    last: Parent | None = None  # the session's previous sample: the next prompt is stored against it
 
     @property
     def episode_id(self) -> str:
@@ -298,7 +321,8 @@ class SessionLog:
             latency_ms,
         )
         served = Served(self.policy_version, self.temperature, self.max_new_tokens)
-        self._append(completion_event(sample, served, pair_key=self.pair_key, loss_mask=loss_mask))
+        self._append(completion_event(sample, served, pair_key=self.pair_key, loss_mask=loss_mask, parent=self.last))
+        self.last = Parent(sample_id, [*prompt_ids, *completion_ids])
         self.turn += 1
         return sample_id, [call_id_of(sample_id, i) for i in range(len(calls))]
 

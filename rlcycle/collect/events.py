@@ -29,6 +29,10 @@ JSON_SCHEMA: dict[str, pl.DataType] = {
     "policy_version": pl.String,
     # Token ids fit in int32 (every vocabulary does); half the memory of int64.
     "prompt_ids": pl.List(pl.Int32),
+    # The prompt stored once (rlcycle/prompts.py): a reference, a shared length, what it adds.
+    "prompt_parent": pl.String,
+    "prompt_shared": pl.Int64,
+    "prompt_added": pl.List(pl.Int32),
     "completion_ids": pl.List(pl.Int32),
     "completion_logprobs": pl.List(pl.Float32),
     "prompt_messages": pl.List(pl.Struct({"role": pl.String, "content": pl.String})),
@@ -50,6 +54,7 @@ JSON_SCHEMA: dict[str, pl.DataType] = {
     "text": pl.String,
     "value": pl.Float64,
     "kind": pl.String,
+    "request_id": pl.String,
 }
 # Epoch-ms bounds that catch seconds passed as milliseconds (and garbage).
 TS_MIN_MS = 946_684_800_000  # 2000-01-01

@@ -13,14 +13,14 @@ from typing import Any
 
 import polars as pl
 
-from rlcycle.collect import redact
+from rlcycle.collect import prompt_refs, redact
 
 _CALL_FIELDS = ["call_id", "name", "arguments", "status"]
 # The partition key (rlcycle.collect.Partitioner) and the first sort key of the output.
 SESSION_HASH = pl.col("session_id").hash(seed=7)
 
 
-def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, result) -> pl.DataFrame:
+def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, result, bad=None) -> pl.DataFrame:
     n_before = events.height
     events = _first_of_each(events, "event_id")
     result.duplicates += n_before - events.height
@@ -31,14 +31,19 @@ def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, resul
     }
 
     comp = _completions(by_type["completion"], result)
+    if comp.height:
+        comp, prompts = prompt_refs.canonical(comp, result, [] if bad is None else bad)
     if comp.height == 0:
         _count_orphans(by_type, comp, result)
         return comp
+    comp = comp.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
     calls, per_sample = _tool_calls(comp, by_type["tool_result"], by_type["edit_outcome"], config, patterns, result)
     comp = comp.drop("tool_calls").join(per_sample, on="sample_id", how="left")
     comp = _episode_signals(comp, by_type["user_message"], by_type["feedback"], patterns, result)
     _count_orphans(by_type, comp, result)
     comp = _mature_and_filter(comp, config, as_of_ms, since_ms, until_ms, result)
+    comp = prompt_refs.reroot(comp, prompts, comp.get_column("_row").to_numpy())
+    prompt_refs.count_stored(comp, prompts, result)
     return _finish(comp)
 
 
@@ -51,6 +56,10 @@ def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
         "policy_version",
         "ts_ms",
         pl.col("prompt_ids").cast(pl.List(pl.Int32)),
+        "prompt_parent",
+        pl.col("prompt_shared").cast(pl.Int32),
+        pl.col("prompt_added").cast(pl.List(pl.Int32)),
+        "request_id",
         pl.col("completion_ids").cast(pl.List(pl.Int32)),
         pl.col("completion_logprobs").cast(pl.List(pl.Float32)).alias("behavior_logprobs"),
         "tool_calls",
@@ -243,6 +252,9 @@ def _finish(comp: pl.DataFrame) -> pl.DataFrame:
         "policy_version",
         pl.col("ts_ms").cast(pl.Datetime("ms", "UTC")).alias("ts"),
         "prompt_ids",
+        "prompt_parent",
+        "prompt_shared",
+        "prompt_added",
         "completion_ids",
         "behavior_logprobs",
         "tool_calls",
@@ -263,4 +275,5 @@ def _finish(comp: pl.DataFrame) -> pl.DataFrame:
         "greedy",
         "top_p",
         "pair_key",
+        "retried",
     )

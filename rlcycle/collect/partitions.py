@@ -40,6 +40,9 @@ KEEP = [
     "turn",
     "policy_version",
     "prompt_ids",
+    "prompt_parent",
+    "prompt_shared",
+    "prompt_added",
     "completion_ids",
     "completion_logprobs",
     "tool_calls",
@@ -57,6 +60,7 @@ KEEP = [
     "text",
     "value",
     "kind",
+    "request_id",
 ]
 
 
@@ -157,7 +161,7 @@ def run_job(job: Job, settings: JoinSettings, counts: Any) -> Joined:
         events = _read_bucket(job, settings.config.block_bytes, counts, bad)
     c = settings.config
     traj = join.join_partition(
-        events, c, settings.as_of_ms, settings.since_ms, settings.until_ms, settings.patterns, counts
+        events, c, settings.as_of_ms, settings.since_ms, settings.until_ms, settings.patterns, counts, bad
     )
     table = conform(traj.to_arrow(), TRAJECTORIES) if traj.height else None
     return Joined(table, counts, bad)

@@ -131,6 +131,14 @@ class CollectResult:
     held_back_samples: int = 0
     filtered_samples: int = 0
     duplicate_samples: int = 0
+    # Prompts stored once (collect/prompt_refs.py): ids the input held, ids written, ids the
+    # whole prompts of the rows written would take; segments and sessions written; retries.
+    prompt_tokens_logged: int = 0
+    prompt_tokens_stored: int = 0
+    prompt_tokens_full: int = 0
+    segments: int = 0
+    sessions_out: int = 0
+    retried: int = 0
     orphans: Counter = field(default_factory=Counter)
     redactions: Counter = field(default_factory=Counter)
     quarantine_truncated: int = 0  # quarantined fields cut at QUARANTINE_FIELD_CHARS
@@ -161,6 +169,12 @@ class CollectResult:
             "held_back_samples": self.held_back_samples,
             "filtered_samples": self.filtered_samples,
             "duplicate_samples": self.duplicate_samples,
+            "prompt_tokens_logged": self.prompt_tokens_logged,
+            "prompt_tokens_stored": self.prompt_tokens_stored,
+            "prompt_tokens_full": self.prompt_tokens_full,
+            "segments": self.segments,
+            "sessions_out": self.sessions_out,
+            "retried": self.retried,
             "orphans": dict(sorted(self.orphans.items())),
             "redactions": dict(sorted(self.redactions.items())),
             "per_policy_version": {k: dict(sorted(v.items())) for k, v in sorted(self.per_policy_version.items())},
@@ -393,6 +407,8 @@ def format_summary(r: CollectResult) -> str:
         f"collect: {r.events_in + r.quarantined:,} records from {r.files} file(s) "
         f"({mb:,.1f} MB) in {r.seconds:.1f}s, {r.partitions} partition(s)",
         f"  trajectories   {r.samples_out:,} samples in {r.episodes_out:,} episodes -> {r.output}",
+        f"  prompts        {r.prompt_tokens_stored:,} token ids stored for {r.prompt_tokens_full:,} in whole prompts; "
+        f"{r.segments:,} segments in {r.sessions_out:,} sessions; {r.retried:,} retried (left out by train)",
         f"  duplicates     {r.duplicates:,} events"
         + (f", {r.duplicate_samples} repeated sample ids" if r.duplicate_samples else ""),
         f"  held back      {r.held_back_episodes:,} episodes ({r.held_back_samples:,} samples): edit outcomes still due",

@@ -36,6 +36,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlcycle import prompts
 from rlcycle.distill import followup
 from rlcycle.distill.spec import RewardSpec, resolve_callable
 
@@ -336,17 +337,36 @@ def _prompt_hash(table: pa.Table, rows: np.ndarray) -> pl.Series:
     Only the selected prompts are copied out of the memory map, record batch by record batch,
     and each batch's copy is dropped once hashed (a contiguous copy of every prompt would
     cost more than the hash). The hash is polars' (fixed seed): equal prompts always share a
-    key; the key's digits may change with the polars version.
+    key; the key's digits may change with the polars version. In the delta layout
+    (rlcycle/prompts.py) a root's prompt is its `prompt_added`; a prompt stored against an
+    earlier sample is rebuilt exactly first (one per such row: the first turns of a session's
+    later episodes), so equal prompts hash equal whatever layout stored them.
     """
+    if not prompts.has_delta(table):
+        return _hash_lists(table.column("prompt_ids"), rows)
+    h = _hash_lists(table.column("prompt_added"), rows)
+    parent = table.column("prompt_parent").take(pa.array(rows)).is_valid().to_numpy(zero_copy_only=False)
+    full = table.column("prompt_ids").take(pa.array(rows)).is_valid().to_numpy(zero_copy_only=False)
+    if full.any():
+        h = h.scatter(np.flatnonzero(full), _hash_lists(table.column("prompt_ids"), rows[full]))
+    rebuild = parent & ~full
+    if rebuild.any():
+        p = prompts.from_table(table.select(["sample_id", "prompt_ids", *prompts.DELTA_COLUMNS, "completion_ids"]))
+        rebuilt = pa.array([p.prompt(int(i)) for i in rows[rebuild]], pa.list_(pa.int32()))
+        h = h.scatter(np.flatnonzero(rebuild), _hash_lists(pa.chunked_array([rebuilt]), np.arange(len(rebuilt))))
+    return h
+
+
+def _hash_lists(column: pa.ChunkedArray, rows: np.ndarray) -> pl.Series:
     perm = np.argsort(rows, kind="stable")  # batch by batch, then back in the order asked
     ordered, hashes, base = rows[perm], [], 0
-    for chunk in table.column("prompt_ids").chunks:
+    for chunk in column.chunks:
         lo, hi = np.searchsorted(ordered, [base, base + len(chunk)])
         local, base = ordered[lo:hi] - base, base + len(chunk)
         if local.size:
-            prompts = pl.Series(chunk.take(pa.array(local)))
-            empty = prompts.is_null() | (prompts.list.len() == 0)
-            hashes.append(prompts.hash(seed=PROMPT_SEED).set(empty, None))
+            lists = pl.Series(chunk.take(pa.array(local))).cast(pl.List(pl.Int32))
+            empty = lists.is_null() | (lists.list.len() == 0)
+            hashes.append(lists.hash(seed=PROMPT_SEED).set(empty, None))
     h = pl.concat(hashes) if hashes else pl.Series([], dtype=pl.UInt64)
     return h.gather(np.argsort(perm)).alias("prompt")
 

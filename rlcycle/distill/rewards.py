@@ -38,7 +38,7 @@ from rlcycle.distill.spec import RewardSpec, SignalSpec, resolve_callable
 from rlcycle.errors import InputError, RlcycleError
 
 C = pl.col
-TOKEN_LISTS = ("prompt_ids", "completion_ids", "behavior_logprobs")
+TOKEN_LISTS = ("prompt_ids", "prompt_added", "completion_ids", "behavior_logprobs")
 
 
 @dataclass

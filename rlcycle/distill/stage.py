@@ -27,6 +27,10 @@ are *excluded* — kept with weight 0 and a reason, and counted:
     no_group       no group key qualified (only when `group_keys` does not end with batch)
     flat_group     every reward of its group is equal (with `exclude_flat_groups`), unless
                    the sample emitted an invalid tool call: those are never excluded
+    retried        a client retry's orphan (collect's `retried`): the user never saw it (not
+                   in any baseline)
+Prompts pass through in collect's delta layout (rlcycle/prompts.py); nothing here rebuilds
+them except the first prompt of an episode that is stored against an earlier sample (features).
 Memory: the per-row scalars the steps need (a few dozen bytes a row); the token lists are
 memory-mapped and go from input to output without being copied into Python or polars.
 """
@@ -54,7 +58,14 @@ from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
 REPORT_NAME = "reward_report.json"
 OUTPUT_COLUMNS = ("reward", "reward_parts", "group_key", "advantage", "weight", "excluded")
-REASONS = ("", "no_completion", "discarded_invalid", "no_group", "flat_group")  # `excluded` values; "" = included
+REASONS = (
+    "",
+    "no_completion",
+    "discarded_invalid",
+    "no_group",
+    "flat_group",
+    "retried",
+)  # `excluded` values; "" = included
 
 
 @dataclass
@@ -185,6 +196,11 @@ def run(
     no_completion = s.get_column("n_tokens").to_numpy() == 0
     invalid = s.get_column("n_invalid").to_numpy() > 0
     discarded = invalid & config.discard_invalid & ~no_completion
+    retried = np.zeros(table.num_rows, bool)
+    if "retried" in table.column_names:
+        retried = table.column("retried").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    no_completion = no_completion & ~retried
+    discarded = discarded & ~retried
     if config.permute_rewards:
         permute_rewards(rw, ~no_completion, config.permute_seed)
         result.notes.append(
@@ -192,9 +208,10 @@ def run(
             f"(seed {config.permute_seed}): a control run, not a training run"
         )
     adv = advantages.compute(
-        rw.reward, group, ~no_completion & ~discarded, config.normalization, config.std_eps, config.flat_tol
+        rw.reward, group, ~no_completion & ~discarded & ~retried, config.normalization, config.std_eps, config.flat_tol
     )
     reason = _exclusions(no_completion, discarded, group, adv, invalid, config)
+    reason[retried] = REASONS.index("retried")
     counts = np.bincount(reason, minlength=len(REASONS))
     result.episodes = feats.episodes.height
     result.included = int(counts[0])
@@ -254,7 +271,7 @@ def _exclusions(no_completion, discarded, group, adv: advantages.Advantages, inv
     """
     flat = adv.flat_rows & config.exclude_flat_groups & ~invalid
     conditions = [no_completion, discarded, group < 0, flat]
-    return np.select(conditions, [np.int8(i) for i in range(1, len(REASONS))], np.int8(0))
+    return np.select(conditions, [np.int8(i) for i in range(1, len(conditions) + 1)], np.int8(0))
 
 
 def permute_rewards(rw: rewards.Rewards, rows: np.ndarray, seed: int) -> None:

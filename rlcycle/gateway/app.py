@@ -57,6 +57,7 @@ from rlcycle.collect.jsonl import parse_block
 from rlcycle.gateway import chat, completions, responses
 from rlcycle.gateway.chat import BadRequest
 from rlcycle.gateway.config import GatewayConfig
+from rlcycle.gateway.contexts import Contexts
 from rlcycle.gateway.engine import Fixed, Models
 from rlcycle.gateway.episodes import Episodes, key_session
 from rlcycle.gateway.finish import finish
@@ -103,6 +104,7 @@ class Gateway:
         self.refused: Counter = Counter()  # refused requests by status
         self.refused_fields: Counter = Counter()  # ... and by field named (a request may name several)
         self.episodes = Episodes(config.idempotency_entries)
+        self.contexts = Contexts(config.prompt_cache_tokens)
         self.app = _SessionPrefix(self._build())
 
     # --- plumbing -------------------------------------------------------------------------
@@ -302,9 +304,12 @@ class Gateway:
         self.episodes.record(body["messages"], session, episode_id, turn, [(r.sample_id, r.answer()) for r in results])
         if self.log is not None:
             events = []
+            against = self.contexts.parent(session, parent)  # the same for every choice
             for r, sd in zip(results, seeds, strict=True):
-                events += chat.completion_events(r, {**req.sampling, "seed": sd})
+                events += chat.completion_events(r, {**req.sampling, "seed": sd}, against)
             self.log.append(*events)
+            for r in results:  # after the parent's event is queued: a child is never logged first
+                self.contexts.record(session, r.sample_id, r.prompt_ids, r.gen.token_ids)
         return results
 
     def _respond(self, results: list[chat.Result], req: chat.ChatRequest, api: str, raw: Any) -> Response:

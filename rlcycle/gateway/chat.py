@@ -524,12 +524,13 @@ def stream_chunks(results: list[Result], model: str, include_usage: bool) -> lis
     return out
 
 
-def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any]]:
+def completion_events(r: Result, sampling: dict[str, Any], parent: events.Parent | None = None) -> list[dict[str, Any]]:
     """The `completion` event (and one `tool_result` per invalid call) in collect's schema,
     built by the one writer the simulator uses too (`rlcycle.agent.events.completion_event`).
 
     `sampling` is the request's record (`ChatRequest.sampling`, with this choice's seed): what
-    the event names as the distribution behind its logprobs."""
+    the event names as the distribution behind its logprobs. `parent`: the earlier sample of the
+    session the prompt is stored against (gateway/contexts.py; None: the whole prompt)."""
     ts_ms = time.time() * 1000
     calls = r.parsed.calls
     sample = events.Sample(
@@ -549,7 +550,7 @@ def completion_events(r: Result, sampling: dict[str, Any]) -> list[dict[str, Any
     served = events.Served(r.checkpoint_id, sampling["temperature"], sampling["max_tokens"])
     drawn = events.Drawn(sampling["greedy"], sampling["top_p"], sampling["seed"], sampling, r.gen.finish_reason, r.cut)
     call = events.GatewayCall(r.index, r.id_rules, r.parent_sample_id, r.api, r.request_id, r.role, r.parsed.n_unlisted)
-    out = [events.completion_event(sample, served, drawn, call)]
+    out = [events.completion_event(sample, served, drawn, call, parent=parent)]
     for i, c in enumerate(calls):
         if not c.valid:
             error = f"{c.code}: {c.reason}"

@@ -83,6 +83,11 @@ class GatewayConfig:
     device: str = cfg("auto", help="In-process: cpu, cuda, cuda:N or auto.")
     dtype: str = cfg("auto", help="In-process: float32, bfloat16, float16 or auto.")
     num_threads: int | None = cfg(None, help="In-process: CPU threads torch uses while generating.")
+    prompt_cache_tokens: int = cfg(
+        64 << 20,
+        help="Token ids of recent contexts kept to log each prompt as what it adds to the session's previous "
+        "call (docs/design.md, 'Prompts stored once'); 0: every prompt logged whole.",
+    )
     idempotency_entries: int = cfg(10_000, help="Request ids remembered for idempotent retries.")
     idempotency_ttl_s: float = cfg(900.0, help="How long a request id is remembered.")
 
@@ -118,7 +123,7 @@ class GatewayConfig:
             ),
             ge=1,
         )
-        check_range(problems, self, "batch_wait_ms", ge=0)
+        check_range(problems, self, ("batch_wait_ms", "prompt_cache_tokens"), ge=0)
         check_range(problems, self, "idempotency_ttl_s", gt=0)
         if self.default_max_tokens > self.max_tokens_cap:
             problems.append(

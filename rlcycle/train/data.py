@@ -65,6 +65,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlcycle import io as rio
+from rlcycle import prompts
 from rlcycle.errors import InputError
 from rlcycle.train.config import TrainConfig
 from rlcycle.train.prefix import SharedPass, padded_pass, shared_passes
@@ -148,6 +149,8 @@ def read_columns(paths: list[str]) -> pa.Table:
                 hint="write distill's output to a file: rlcycle distill ... -o examples.arrow",
             )
         table = rio.read_table(path)
+        if prompts.has_delta(table):  # TEMPORARY (lead): whole prompts until segments land
+            table = prompts.with_full_prompts(table, str(path))
         cols = []
         for name, tp in {**REQUIRED, **OPTIONAL}.items():
             if name not in table.column_names:

@@ -1,0 +1,268 @@
+"""collect's prompt step: every completion's prompt stored once, its references checked.
+
+In:  one partition's completions (duplicates already dropped): `sample_id`, `session_id`,
+     `ts_ms`, `request_id`, `completion_ids` and the prompt in either layout — `prompt_ids` (the
+     whole prompt: logs written before issue 36, OTel spans) or `prompt_parent` /
+     `prompt_shared` / `prompt_added` (the gateway and the simulator; rlcycle/prompts.py).
+Out: the same rows with the prompt in the delta layout (`prompt_ids` null), rows with a bad
+     reference removed and returned as quarantine records, the resolved `Prompts` (train's
+     segments and the re-rooting after collect's filters use it), and counts.
+
+Rules (docs/design.md, "Prompts stored once"):
+- a given reference must name an earlier sample (by (ts, sample_id)) of the same session in
+  this input, and share no more than that sample's context; anything else — a missing or
+  later sample, another session's, a shared length outside the context, a cycle (impossible
+  once references point back in time) — quarantines the row *and every row whose prompt is
+  built on it*: each is counted and named, none is rebuilt from a wrong token.
+- a whole prompt (old layout) is stored against the session's previous sample by (ts,
+  sample_id): its longest common prefix with that sample's context is the shared part (0: a
+  root). Reconstruction is exact whatever the previous sample was; the prefix only decides
+  how compact it is. Comparing costs the tokens compared: linear in the input's prompts.
+- a retry: sample B re-sends sample A's prompt unchanged (B's parent is A, it shares exactly
+  A's prompt and adds nothing) under another `request_id`, and no call ever continues A's
+  completion (no row shares more than A's prompt): A is `retried` — the client dropped it and
+  the user never saw it. It stays in trajectories (analysts, references) and train leaves it
+  out, counted. Without request ids (the simulator) nothing is taken for a retry: n > 1
+  choices of one request look the same.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from rlcycle.collect.events import BadRecord
+from rlcycle.prompts import Prompts, _lists, lcp_pairs, segment_starts
+
+
+def canonical(comp: pl.DataFrame, result: Any, bad: list[BadRecord]) -> tuple[pl.DataFrame, Prompts]:
+    """(completions in the delta layout, their resolved prompts); see the module docstring."""
+    comp, quarantined = _drop_bad_refs(comp)
+    bad.extend(quarantined)  # counted and written by collect's quarantine, like a parse error
+    _, prev = _session_order(comp)
+    tab = comp.select("prompt_ids", "prompt_added", "completion_ids").to_arrow()
+    full_v, full_o, full_ok = _lists(tab.column("prompt_ids"))
+    add_v, add_o, add_ok = _lists(tab.column("prompt_added"))
+    comp_v, comp_o, _ = _lists(tab.column("completion_ids"))
+    full_len, add_len, comp_len = np.diff(full_o), np.diff(add_o), np.diff(comp_o)
+    parent = _parent_index(comp)
+    old = full_ok  # the old layout wins where a row carries both
+    parent = np.where(old, -1, parent)
+    shared = np.where(old | (parent < 0), 0, comp.get_column("prompt_shared").fill_null(0).to_numpy()).astype(np.int64)
+    # The rows given as deltas first, old rows as roots holding their whole prompt.
+    lens = np.where(old, full_len, np.where(add_ok, add_len, 0))
+    starts = np.where(old, full_o[:-1], add_o[:-1])
+    p0 = _prompts(parent, shared, (full_v, add_v), old, starts, lens, comp_v, comp_o)
+    # Old rows: against the session's previous sample.
+    cand = np.flatnonzero(old & (prev >= 0))
+    if cand.size:
+        simple = p0.parent[prev[cand]] < 0  # the previous one holds its whole prompt itself
+        s_rows, s_prev = cand[simple], prev[cand[simple]]
+        got = lcp_pairs(
+            full_v,
+            full_o[s_rows],
+            full_len[s_rows],
+            p0.added_values,
+            p0.added_offsets[s_prev],
+            np.diff(p0.added_offsets)[s_prev],
+            comp_v,
+            comp_o[s_prev],
+            comp_len[s_prev],
+        )
+        shared[s_rows] = got
+        for i in cand[~simple]:  # a mixed log: rebuild the previous context (rare)
+            ctx = p0.context(int(prev[i]))
+            a = full_v[full_o[i] : full_o[i + 1]]
+            m = min(len(a), len(ctx))
+            diff = np.flatnonzero(a[:m] != ctx[:m])
+            shared[i] = int(diff[0]) if diff.size else m
+        linked = cand[shared[cand] > 0]
+        parent[linked] = prev[linked]
+    # Each row's own tokens: an old row's prompt after the shared part, else what it added.
+    own_start = np.where(old, full_o[:-1] + shared, add_o[:-1])
+    own_len = np.where(old, full_len - shared, np.where(add_ok, add_len, 0))
+    p = _prompts(parent, shared, (full_v, add_v), old, own_start, own_len, comp_v, comp_o)
+    no_prompt = ~old & ~add_ok  # neither layout: the prompt is unknown (train: no_prompt)
+    retried = _retries(comp, p, no_prompt)
+    result.prompt_tokens_logged += int(np.where(old, full_len, np.where(add_ok, add_len, 0)).sum())
+    named = comp.get_column("sample_id").gather(np.maximum(parent, 0))
+    parent_ids = pl.select(pl.when(pl.Series(parent >= 0)).then(named).alias("prompt_parent")).to_series()
+    added = pa.ListArray.from_arrays(
+        pa.array(p.added_offsets.astype(np.int32 if len(p.added_values) < 2**31 else np.int64)),
+        pa.array(p.added_values, pa.int32()),
+        mask=pa.array(no_prompt),
+    )
+    comp = comp.with_columns(
+        pl.lit(None, pl.List(pl.Int32)).alias("prompt_ids"),
+        parent_ids,
+        pl.Series("prompt_shared", shared, pl.Int32),
+        pl.Series("prompt_added", pl.from_arrow(added)).cast(pl.List(pl.Int32)),
+        pl.Series("retried", retried),
+    )
+    return comp, p
+
+
+def reroot(comp: pl.DataFrame, p: Prompts, kept: np.ndarray) -> pl.DataFrame:
+    """The kept rows (`kept`: row indices into `p`, in `comp`'s order), with every row whose
+    parent was filtered out made a root holding its whole prompt (rebuilt exactly)."""
+    keep = np.zeros(len(p), bool)
+    keep[kept] = True
+    orphans = np.flatnonzero(keep[kept] & (p.parent[kept] >= 0) & ~keep[np.maximum(p.parent[kept], 0)])
+    if not orphans.size:
+        return comp
+    rows = kept[orphans]
+    whole = [p.prompt(int(i)).astype(np.int32) for i in rows]
+    added = comp.get_column("prompt_added").scatter(orphans, pl.Series([w.tolist() for w in whole]))
+    return comp.with_columns(
+        added.cast(pl.List(pl.Int32)),
+        comp.get_column("prompt_parent").scatter(orphans, None),
+        comp.get_column("prompt_shared").scatter(orphans, 0),
+    )
+
+
+def _prompts(parent, shared, sources, use_first, starts, lens, comp_v, comp_o) -> Prompts:
+    from rlcycle.prompts import _gather
+
+    values, offsets = _gather([(sources[0], None), (sources[1], None)], use_first, starts, lens)
+    return Prompts(parent.astype(np.int64), shared.astype(np.int64), values, offsets, comp_v, comp_o)
+
+
+def _session_order(comp: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(row order by (session, ts, sample_id), each row's previous row of its session or -1)."""
+    n = comp.height
+    srt = comp.select(pl.int_range(n, dtype=pl.Int64).alias("_i"), "session_id", "ts_ms", "sample_id").sort(
+        "session_id", "ts_ms", "sample_id"
+    )
+    order = srt.get_column("_i").to_numpy()
+    same = (srt.get_column("session_id") == srt.get_column("session_id").shift(1)).fill_null(False).to_numpy()
+    prev = np.full(n, -1, np.int64)
+    if n > 1:
+        prev[order[1:]] = np.where(same[1:], order[:-1], -1)
+    return order, prev
+
+
+def _parent_index(comp: pl.DataFrame) -> np.ndarray:
+    """Row index of each row's `prompt_parent` in this frame (-1: none or not found)."""
+    n = comp.height
+    ids = comp.select("sample_id", pl.int_range(n, dtype=pl.Int64).alias("_p"))
+    got = (
+        comp.select(pl.int_range(n, dtype=pl.Int64).alias("_i"), "prompt_parent")
+        .join(ids, left_on="prompt_parent", right_on="sample_id", how="left")
+        .sort("_i")
+        .get_column("_p")
+    )
+    return got.fill_null(-1).to_numpy()
+
+
+def _drop_bad_refs(comp: pl.DataFrame) -> tuple[pl.DataFrame, list[BadRecord]]:
+    """Rows whose reference is bad, and every row built on one, out (see the module docstring)."""
+    refs = comp.get_column("prompt_ids").is_null() & comp.get_column("prompt_parent").is_not_null()
+    if not refs.any():
+        return comp, []
+    n = comp.height
+    order, _ = _session_order(comp)
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    parent = np.where(refs.to_numpy(), _parent_index(comp), -1)
+    has = refs.to_numpy()
+    par = np.maximum(parent, 0)
+    sessions = comp.get_column("session_id").to_numpy()
+    plen = np.where(
+        comp.get_column("prompt_ids").is_not_null().to_numpy(),
+        comp.get_column("prompt_ids").list.len().fill_null(0).to_numpy(),
+        comp.get_column("prompt_shared").fill_null(0).to_numpy()
+        + comp.get_column("prompt_added").list.len().fill_null(0).to_numpy(),
+    )
+    ctx = plen + comp.get_column("completion_ids").list.len().fill_null(0).to_numpy()
+    shared = comp.get_column("prompt_shared").to_numpy()
+    reason = np.full(n, None, object)
+    checks = [
+        (has & (parent < 0), "prompt_parent: names no sample of this input"),
+        (has & (parent >= 0) & (sessions[par] != sessions), "prompt_parent: names a sample of another session"),
+        (has & (parent >= 0) & (rank[par] >= rank), "prompt_parent: names a later sample (by ts, sample_id)"),
+        (has & comp.get_column("prompt_added").is_null().to_numpy(), "prompt_parent: prompt_added is missing"),
+        (has & comp.get_column("prompt_shared").is_null().to_numpy(), "prompt_parent: prompt_shared is missing"),
+        (
+            has
+            & (parent >= 0)
+            & (
+                (np.nan_to_num(shared.astype(float), nan=0) < 0)
+                | (np.nan_to_num(shared.astype(float), nan=0) > ctx[par])
+            ),
+            "prompt_shared: outside the parent's context",
+        ),
+    ]
+    for cond, why in checks:
+        reason = np.where((reason == None) & cond, why, reason)  # noqa: E711
+    bad = reason != None  # noqa: E711
+    if not bad.any():
+        return comp, []
+    # Every row built on a bad one is bad too: pointer jumping, log(depth) vectorised steps.
+    up = np.where(has & (parent >= 0), parent, -1)
+    inherited = bad.copy()
+    while True:
+        step = inherited | np.where(up >= 0, inherited[np.maximum(up, 0)], False)
+        nxt = np.where(up >= 0, up[np.maximum(up, 0)], -1)
+        if np.array_equal(step, inherited) and np.array_equal(nxt, up):
+            break
+        inherited, up = step, nxt
+    rows = np.flatnonzero(inherited)
+    ids = comp.get_column("sample_id").to_numpy()
+    parents = comp.get_column("prompt_parent").to_numpy()
+    records = []
+    for i in rows:
+        why = reason[i] if bad[i] else "prompt_parent: built on a quarantined sample"
+        detail = f"{why} (completion {ids[i]!r} of session {sessions[i]!r}, prompt_parent {parents[i]!r})"
+        record = {
+            "sample_id": ids[i],
+            "session_id": sessions[i],
+            "prompt_parent": parents[i],
+            "prompt_shared": shared[i],
+        }
+        records.append(BadRecord(f"{ids[i]}-completion", 0, detail, json.dumps(record, default=_num)))
+    return comp.filter(pl.Series(~inherited)), records
+
+
+def _retries(comp: pl.DataFrame, p: Prompts, no_prompt: np.ndarray) -> np.ndarray:
+    """Per row: a retry's orphan (see the module docstring)."""
+    n = len(p)
+    out = np.zeros(n, bool)
+    has = (p.parent >= 0) & ~no_prompt
+    if not has.any():
+        return out
+    req = comp.get_column("request_id").to_numpy()
+    child = np.flatnonzero(has)
+    par = p.parent[child]
+    plen = p.prompt_lens
+    added = np.diff(p.added_offsets)
+    same = (p.shared[child] == plen[par]) & (added[child] == 0)
+    c, a = req[child[same]], req[par[same]]
+    other_request = (c != None) & (a != None) & (c != a)  # noqa: E711
+    resent = child[same][other_request.astype(bool)]
+    continued = np.zeros(n, bool)
+    continued[par[p.shared[child] > plen[par]]] = True
+    orphans = p.parent[resent]
+    out[orphans[~continued[orphans]]] = True
+    return out
+
+
+def _num(x: Any) -> Any:
+    return None if x is None or (isinstance(x, float) and np.isnan(x)) else int(x)
+
+
+def count_stored(comp: pl.DataFrame, p: Prompts, result: Any) -> None:
+    """Counts of the rows written: prompt ids stored vs whole, segments, sessions, retries."""
+    kept = comp.get_column("_row").to_numpy()
+    keep = np.zeros(len(p), bool)
+    keep[kept] = True
+    known = comp.get_column("prompt_added").is_not_null().to_numpy()
+    result.prompt_tokens_stored += int(comp.get_column("prompt_added").list.len().fill_null(0).sum())
+    result.prompt_tokens_full += int(p.prompt_lens[kept][known].sum())
+    starts = segment_starts(p) | (p.parent < 0) | ~keep[np.maximum(p.parent, 0)]
+    result.segments += int(starts[kept].sum())
+    result.sessions_out += comp.get_column("session_id").n_unique()
+    result.retried += int(comp.get_column("retried").sum())
