@@ -60,8 +60,24 @@ def format_summary(result: Inspection) -> str:
     return "\n".join(lines)
 
 
-def run(path: str, head: int = 5) -> Inspection:
-    """Inspect one artifact; reads only the head rows' batches plus metadata where it can."""
+def run(path: str, head: int = 5, full_prompts: bool = False, output: str | None = None) -> Inspection:
+    """Inspect one artifact; reads only the head rows' batches plus metadata where it can.
+
+    `full_prompts`: read the whole table and rebuild every row's `prompt_ids` from the delta
+    layout (rlcycle/prompts.py), for the head rows and, with `output`, a file written atomically."""
+    if full_prompts:
+        from rlcycle import prompts
+
+        table = prompts.with_full_prompts(rio.read_table(path), path)
+        if output is not None:
+            rio.write_table(table, output)
+        return _from_table(
+            path,
+            "arrow-stream" if path == rio.STDIO else rio.sniff(rio.read_head(path)).value,
+            None if path == rio.STDIO else os.path.getsize(path),
+            table,
+            head,
+        )
     if path == rio.STDIO:
         table = rio.read_table(path)
         return _from_table(path, "arrow-stream", None, table, head)

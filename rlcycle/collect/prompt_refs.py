@@ -116,11 +116,18 @@ def reroot(comp: pl.DataFrame, p: Prompts, kept: np.ndarray) -> pl.DataFrame:
         return comp
     rows = kept[orphans]
     whole = [p.prompt(int(i)).astype(np.int32) for i in rows]
-    added = comp.get_column("prompt_added").scatter(orphans, pl.Series([w.tolist() for w in whole]))
+    lens = np.zeros(comp.height, np.int64)
+    lens[orphans] = [len(w) for w in whole]
+    offsets = np.zeros(comp.height + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    repl = pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(whole), pa.int32())))
+    mask = np.zeros(comp.height, bool)
+    mask[orphans] = True
+    is_orphan = pl.Series(mask)
     return comp.with_columns(
-        added.cast(pl.List(pl.Int32)),
-        comp.get_column("prompt_parent").scatter(orphans, None),
-        comp.get_column("prompt_shared").scatter(orphans, 0),
+        pl.when(is_orphan).then(repl.cast(pl.List(pl.Int32))).otherwise(pl.col("prompt_added")).alias("prompt_added"),
+        pl.when(is_orphan).then(None).otherwise(pl.col("prompt_parent")).alias("prompt_parent"),
+        pl.when(is_orphan).then(0).otherwise(pl.col("prompt_shared")).cast(pl.Int32).alias("prompt_shared"),
     )
 
 
