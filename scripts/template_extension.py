@@ -123,6 +123,23 @@ def measure(tok, kind: str) -> dict:
     return out
 
 
+# Two rules of widespread templates, written here on the tiny tokenizer's ChatML (their own
+# templates need the model hub): Qwen3 / DeepSeek-R1 keep only the text after `</think>` of an
+# earlier assistant turn; Llama 3 renders `content | trim`.
+RULES = {
+    "ChatML + reasoning dropped from history (Qwen3's rule)": (
+        "{% for m in messages %}{% set c = m['content'] %}"
+        "{% if m['role'] == 'assistant' and '</think>' in c %}{% set c = c.split('</think>')[-1].lstrip('\\n') %}{% endif %}"
+        "{{ '<|im_start|>' + m['role'] + '\\n' + c + '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    ),
+    "ChatML + content trimmed (Llama 3's rule)": (
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] | trim + '<|im_end|>\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    ),
+}
+
+
 def smollm2(path: str | None):
     from transformers import AutoTokenizer
 
@@ -149,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         toks["SmolLM2-135M-Instruct"] = smollm2(a.smollm2_gguf)
     for d in a.tokenizer:
         toks[d] = AutoTokenizer.from_pretrained(d)
+    for name, template in RULES.items():
+        tok = AutoTokenizer.from_pretrained(REPO / "rlcycle" / "data" / "tokenizer")
+        tok.chat_template = template
+        toks[name] = tok
     results = {
         name: [measure(tok, kind) for kind in ("plain", "reasoning", "tool_calls", "boundary")]
         for name, tok in toks.items()
