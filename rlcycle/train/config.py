@@ -133,6 +133,13 @@ class TrainConfig:
         "far fewer tokens on agent data (docs/train.md). Off under gradient_checkpointing.",
     )
     min_shared_prefix: int = cfg(64, help="share_prefix: shortest common prefix (tokens) worth running once.")
+    segments: bool = cfg(
+        True,
+        help="Train a run of a session's turns that extend one another (delta prompt layout) as one "
+        "sequence, its last turn's context, scoring every turn's completion from it: the same loss, "
+        "one forward per segment; the schedule then draws whole segments (docs/train.md, Segments). "
+        "false: every row from its own context (per turn).",
+    )
     # --- optimisation -----------------------------------------------------------------------
     optimizer: str = cfg("adamw", help="adamw or sgd.")
     lr: float = cfg(1e-6, help="Peak learning rate.")

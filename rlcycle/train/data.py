@@ -65,8 +65,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlcycle import io as rio
-from rlcycle import prompts
+from rlcycle import prompts as PR
 from rlcycle.errors import InputError
+from rlcycle.train import segments as SG
 from rlcycle.train.config import TrainConfig
 from rlcycle.train.prefix import SharedPass, padded_pass, shared_passes
 
@@ -85,6 +86,15 @@ OPTIONAL = {
     "max_new_tokens": pa.int32(),  # the sampler's per-call token limit (Dr. GRPO's M)
     "greedy": pa.bool_(),  # argmax decoding (collect carries it from the gateway's events)
     "top_p": pa.float32(),  # nucleus truncation of the sampler (null = none)
+    "session_id": pa.string(),  # segments per session (train's summary)
+}
+# The delta prompt layout (rlcycle/prompts.py), read when a file has it; prompt_ids is then
+# optional (null in that layout).
+DELTA = {
+    "sample_id": pa.string(),
+    "prompt_parent": pa.string(),
+    "prompt_shared": pa.int32(),
+    "prompt_added": pa.list_(pa.int32()),
 }
 MIN_VERSION_PREFIX = 8
 
@@ -120,9 +130,56 @@ class Examples:
     excluded_reasons: Counter = field(default_factory=Counter)
     version_counts: Counter = field(default_factory=Counter)
     max_new_tokens: int | None = None  # the largest logged sampler limit of the usable rows
+    # The delta layout (segments.py): the resolved prompts of every row read, the kept rows'
+    # indices in them, and the kept rows' segments (None: every row is its own sequence).
+    prompts: PR.Prompts | None = None
+    source: np.ndarray | None = None
+    segments: list[np.ndarray] | None = None
+    sessions: list | None = None  # session_id per kept row (None: not in the file)
 
     def __len__(self) -> int:
         return len(self.advantage)
+
+    @cached_property
+    def _members(self) -> dict[int, list[int]]:
+        return {int(s[-1]): [int(r) for r in s] for s in self.segments or []}
+
+    def members(self, r: int) -> list[int]:
+        """The rows one sequence scores: its segment's (r its last member), else r alone."""
+        return self._members.get(r, [r])
+
+    @cached_property
+    def is_last(self) -> np.ndarray:
+        """Per row: it ends its segment (the rows that are the step's sequences)."""
+        out = np.ones(len(self), dtype=bool)
+        for s in self.segments or []:
+            out[s[:-1]] = False
+        return out
+
+    @cached_property
+    def prompt_lens(self) -> np.ndarray:
+        return np.asarray(self.prompt.lengths, np.int64)
+
+    def first_prompt_len(self, r: int) -> int:
+        """Prompt length of the first row sequence r scores (a shared prefix ends before it)."""
+        return int(self.prompt_lens[self.members(r)[0]])
+
+    def sequence(self, r: int) -> np.ndarray:
+        """Row r's prompt + completion (for a segment's last row: the segment's sequence)."""
+        if self.prompts is not None:
+            return self.prompts.context(int(self.source[r])).astype(np.int64, copy=False)
+        return np.concatenate([self.prompt.row(r), self.completion.row(r)])
+
+    def session_of(self, r: int):
+        """Row r's session: its session_id, else the root of its prompt chain, else itself."""
+        if self.sessions is not None and self.sessions[r] is not None:
+            return self.sessions[r]
+        if self.prompts is None:
+            return ("row", r)
+        i = int(self.source[r])
+        while self.prompts.parent[i] >= 0:
+            i = int(self.prompts.parent[i])
+        return ("root", i)
 
     @cached_property
     def seq_len(self) -> np.ndarray:
@@ -149,12 +206,11 @@ def read_columns(paths: list[str]) -> pa.Table:
                 hint="write distill's output to a file: rlcycle distill ... -o examples.arrow",
             )
         table = rio.read_table(path)
-        if prompts.has_delta(table):  # TEMPORARY (lead): whole prompts until segments land
-            table = prompts.with_full_prompts(table, str(path))
         cols = []
-        for name, tp in {**REQUIRED, **OPTIONAL}.items():
+        delta = PR.has_delta(table)
+        for name, tp in {**REQUIRED, **OPTIONAL, **DELTA}.items():
             if name not in table.column_names:
-                if name in REQUIRED:
+                if name in REQUIRED and not (delta and name == "prompt_ids"):
                     problems.append(f"{path}: missing column {name!r} ({tp})")
                 cols.append(pa.nulls(len(table), tp))
                 continue
@@ -163,13 +219,16 @@ def read_columns(paths: list[str]) -> pa.Table:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                 problems.append(f"{path}: column {name!r} is {table.schema.field(name).type}, expected {tp} ({e})")
         if not problems:
-            tables.append(pa.Table.from_arrays(cols, names=[*REQUIRED, *OPTIONAL]))
+            tables.append(pa.Table.from_arrays(cols, names=[*REQUIRED, *OPTIONAL, *DELTA]))
     if problems:
         raise InputError(
             f"{len(problems)} problem(s) in the examples:\n  " + "\n  ".join(problems),
             hint="train reads distill's examples.arrow (`rlcycle inspect FILE` shows its schema)",
         )
-    return pa.concat_tables(tables).combine_chunks()
+    table = pa.concat_tables(tables).combine_chunks()
+    if pc.all(pc.is_null(table["prompt_parent"])).as_py() and pc.all(pc.is_null(table["prompt_added"])).as_py():
+        table = table.drop_columns(list(DELTA))  # the old layout only: as before
+    return table
 
 
 def _ragged(col: pa.ChunkedArray | pa.Array, dtype) -> tuple[Ragged, np.ndarray]:
@@ -201,7 +260,14 @@ def _floats(col, fill: float) -> tuple[np.ndarray, np.ndarray]:
 def load_examples(paths: list[str], config: TrainConfig, versions: list[str], vocab_size: int) -> Examples:
     """Read, check and filter the examples (see the module docstring for the drop rules)."""
     t = read_columns(paths)
+    delta = PR.has_delta(t)
+    if delta:  # every row's prompt resolved, none materialised (segments.py)
+        prompts = PR.from_table(t, ", ".join(paths))
+        t = t.drop_columns(["prompt_ids", "prompt_added"])
+        t = t.append_column("prompt_ids", pa.nulls(len(t), pa.list_(pa.int32())))
     prompt, prompt_null = _ragged(t["prompt_ids"], np.int64)
+    if delta:
+        prompt_null = np.zeros(len(t), dtype=bool)
     comp, comp_null = _ragged(t["completion_ids"], np.int64)
     beh, beh_null = _ragged(t["behavior_logprobs"], np.float32)
     mask, mask_null = _ragged(t["loss_mask"], np.float32)
@@ -209,7 +275,7 @@ def load_examples(paths: list[str], config: TrainConfig, versions: list[str], vo
     weight, _ = _floats(t["weight"], 1.0)  # a null weight means 1
     n = len(t)
     excluded = t["excluded"].to_pylist()
-    clen, plen = comp.lengths, prompt.lengths
+    clen, plen = comp.lengths, (prompts.prompt_lens if delta else prompt.lengths)
     lengths_ok = (beh.lengths == clen) & ~beh_null
     # Per-row flags computed on the flat arrays, then reduced per row.
     bad_lp = ~np.isfinite(beh.values) | (beh.values > 1e-4)
@@ -220,6 +286,8 @@ def load_examples(paths: list[str], config: TrainConfig, versions: list[str], vo
     oov = _segment_sum((prompt.values < 0) | (prompt.values >= vocab_size), prompt.offsets) + _segment_sum(
         (comp.values < 0) | (comp.values >= vocab_size), comp.offsets
     )
+    if delta:
+        oov = oov + SG.out_of_vocab(prompts, vocab_size)
     lag = _lags(t["policy_version"].to_pylist(), versions, config.max_policy_lag)
     temps, _ = _floats(t["temperature"], 1.0)  # a null temperature means 1
     bad_temp = (~np.isfinite(temps) | (temps <= 0)) & config.use_sample_temperature
@@ -255,6 +323,13 @@ def load_examples(paths: list[str], config: TrainConfig, versions: list[str], vo
     ex.advantage, ex.weight = adv[keep], weight[keep]
     ex.temperature = temps[keep] if config.use_sample_temperature else None
     ex.rows_in, ex.dropped = n, dropped
+    if delta:
+        ex.prompt, ex.prompts, ex.source = SG.DeltaPrompt(prompts, keep), prompts, keep
+        segs = SG.build(prompts, keep) if config.segments else []
+        ex.segments = segs if any(len(s) > 1 for s in segs) else None
+    if "session_id" in t.column_names and t["session_id"].null_count < len(t):
+        ids = t["session_id"].to_pylist()
+        ex.sessions = [ids[i] for i in keep]
     ex.excluded_reasons = Counter(e for e in excluded if e is not None)
     ex.version_counts = Counter(v for i, v in enumerate(t["policy_version"].to_pylist()) if ok[i])
     limits, limits_null = _floats(t["max_new_tokens"], 0.0)
@@ -327,27 +402,49 @@ def version_index(version: str | None, known: list[str]) -> int | None:
 
 
 class Schedule:
-    """Which rows each optimizer step takes: a pure function of (n rows, config)."""
+    """Which rows each optimizer step takes: a pure function of (n rows, config[, segments]).
 
-    def __init__(self, n_rows: int, config: TrainConfig):
+    With segments (the delta layout; segments.py) the unit drawn is a segment: each epoch
+    permutes the segments and a step takes whole ones until it holds batch_size rows or more."""
+
+    def __init__(self, n_rows: int, config: TrainConfig, segments: list[np.ndarray] | None = None):
         self.n, self.c = n_rows, config
+        self.segments = segments
+        self._orders: dict[int, np.ndarray] = {}
+        if segments is not None:
+            self._bounds = [self._segment_bounds(e) for e in range(config.epochs)]
+            total = sum(len(b) for b in self._bounds)
+            self.n_steps = min(total, config.max_steps) if config.max_steps else total
+            return
         per_epoch = n_rows // config.batch_size if config.drop_last else -(-n_rows // config.batch_size)
         self.steps_per_epoch = per_epoch
         total = per_epoch * config.epochs
         self.n_steps = min(total, config.max_steps) if config.max_steps else total
-        self._orders: dict[int, np.ndarray] = {}
+
+    def _segment_bounds(self, epoch: int) -> list[tuple[int, int]]:
+        sizes = np.array([len(s) for s in self.segments], np.int64)[self._order(epoch)]
+        return SG.step_bounds(sizes, self.c.batch_size, self.c.drop_last)
 
     def _order(self, epoch: int) -> np.ndarray:
         if epoch not in self._orders:
+            n = self.n if self.segments is None else len(self.segments)
             if self.c.shuffle:
                 rng = np.random.default_rng([self.c.seed, epoch])
-                self._orders[epoch] = rng.permutation(self.n)
+                self._orders[epoch] = rng.permutation(n)
             else:
-                self._orders[epoch] = np.arange(self.n)
+                self._orders[epoch] = np.arange(n)
         return self._orders[epoch]
 
     def rows(self, step: int) -> tuple[int, np.ndarray]:
         """(epoch, row indices) of step `step` (0-based)."""
+        if self.segments is not None:
+            epoch = 0
+            while step >= len(self._bounds[epoch]):
+                step -= len(self._bounds[epoch])
+                epoch += 1
+            a, b = self._bounds[epoch][step]
+            picked = [self.segments[i] for i in self._order(epoch)[a:b]]
+            return epoch, np.concatenate(picked).astype(np.int64)
         epoch, k = divmod(step, self.steps_per_epoch)
         bs = self.c.batch_size
         return epoch, self._order(epoch)[k * bs : (k + 1) * bs]
@@ -453,6 +550,8 @@ class StepPlan:
     dummy: bool  # this process got no rows: one zero-coefficient pass keeps collectives in step
     seq_tokens: int  # prompt + completion tokens of the global batch
     loss_tokens: int  # loss tokens of the global batch
+    sequences: int = 0  # sequences the global batch runs: its segments (rows without segments)
+    unique_tokens: int = 0  # unique tokens of the global batch's contexts (segments.unique_tokens)
 
 
 def plan_step(
@@ -462,10 +561,13 @@ def plan_step(
     nu = normalisers(ex, rows, config.norm, m_tokens)
     coef_of = {int(r): float(ex.weight[r]) * float(v) for r, v in zip(rows, nu, strict=True)}
     seq_len = ex.seq_len
-    share = split_over_processes(rows, seq_len[rows], world)[rank]
+    units = rows[ex.is_last[rows]]  # the step's sequences: a segment's last row stands for it (segments.py)
+    share = split_over_processes(units, seq_len[units], world)[rank]
     dummy = not share
-    micro = forward_passes(ex, share, config) if share else [[[int(rows[0])]]]
-    return StepPlan(epoch, rows, coef_of, micro, dummy, int(seq_len[rows].sum()), int(ex.loss_tokens[rows].sum()))
+    micro = forward_passes(ex, share, config) if share else [[[int(units[0])]]]
+    plan = StepPlan(epoch, rows, coef_of, micro, dummy, int(seq_len[rows].sum()), int(ex.loss_tokens[rows].sum()))
+    plan.sequences, plan.unique_tokens = len(units), SG.unique_tokens(ex, rows)
+    return plan
 
 
 @dataclass
@@ -486,6 +588,7 @@ class Batch:
     slots: int  # tokens + padding (B x L when nothing is shared)
     prefix_ids: object | None = None  # LongTensor [P]: the shared prefix (prefix.py), None if none
     row: object | None = None  # LongTensor [T]: the sequence (0..rows-1 of this pass) of each token
+    forward: int = 0  # tokens the forward runs (a shared prefix once, padding not counted)
 
 
 def collate(
@@ -507,7 +610,8 @@ def collate(
     if shared:
         lines, packed = [[r] for r in lines.rows], False
     rows = [r for line in lines for r in line]  # row-major: the order `keep` flattens in
-    seq = {r: np.concatenate([ex.prompt.row(r), ex.completion.row(r)])[cut:] for r in rows}
+    seq = {r: ex.sequence(r)[cut:] for r in rows}
+    plen, clen = ex.prompt_lens, ex.completion.lengths
     widths = [sum(len(seq[r]) for r in line) for line in lines]
     b, L = len(lines), max(widths)
     ids = np.zeros((b, L), dtype=np.int64)
@@ -518,19 +622,23 @@ def collate(
     for k, line in enumerate(lines):
         o = 0
         for r in line:
-            n, p = len(seq[r]), len(ex.prompt.row(r)) - cut
+            n = len(seq[r])
             ids[k, o : o + n] = seq[r]
             pos[k, o : o + n] = cut + np.arange(n)
             att[k, cut + o : cut + o + n] = 1
             # The logit at position j predicts token j+1: completion token c (at p + c) is
-            # scored by the logit at p + c - 1, so positions p-1 .. n-2 of the sequence
-            # (p >= 1: a shared prefix leaves every row its last prompt token).
-            keep[k, o + p - 1 : o + n - 1] = True
+            # scored by the logit at p + c - 1, so positions p-1 .. p+len-2 of the sequence
+            # (p >= 1: a shared prefix leaves every row its last prompt token). A segment
+            # (segments.py) scores each member's completion, in order, from the one sequence.
+            for m in ex.members(r):
+                p = int(plen[m]) - cut
+                keep[k, o + p - 1 : o + p + int(clen[m]) - 1] = True
             o += n
         # Packed: the padding is a segment of its own; shared: masked, positions run on.
         pos[k, o:] = cut + o + np.arange(L - o) if shared else np.arange(L - o)
     tokens = sum(widths) + cut * len(rows)  # as if every row ran its whole sequence
     padding = b * L - sum(widths)
+    rows = [m for r in rows for m in ex.members(r)]  # the rows scored, in `keep` order
     c_rows = [ex.completion.row(r) for r in rows]
     lo = [slice(ex.completion.offsets[r], ex.completion.offsets[r + 1]) for r in rows]
     mask = np.concatenate(
@@ -557,6 +665,7 @@ def collate(
         else t(per_tok([ex.temperature[r] for r in rows]).astype(np.float32)),
         tokens=0 if dummy else int(tokens),
         slots=0 if dummy else int(tokens + padding),
+        forward=0 if dummy else int(sum(widths) + cut),
         prefix_ids=t(np.ascontiguousarray(ex.prompt.row(rows[0])[:cut]).astype(np.int64)) if shared else None,
         row=t(np.concatenate([np.full(len(c), i, np.int64) for i, c in enumerate(c_rows)])),
     )

@@ -306,7 +306,7 @@ class Trainer:
         dev, world = self.acc.device, self.acc.num_processes
         sums = torch.zeros(len(L.SUM_STATS), device=dev)
         maxes = torch.full((len(L.MAX_STATS),), float("-inf"), device=dev)
-        counts = torch.zeros(3, device=dev, dtype=torch.float64)  # tokens, slots, micro-batches
+        counts = torch.zeros(4, device=dev, dtype=torch.float64)  # tokens, slots, micro-batches, forward
         for k, lines in enumerate(plan.micro):
             batch = D.collate(self.ex, lines, plan.coef_of, self.c.batching == "packed", plan.dummy)
             if self.c.gradient_checkpointing == "auto":  # by this pass's length (longseq.py)
@@ -323,7 +323,9 @@ class Trainer:
                 self.acc.backward(loss * world)
             sums += s
             maxes = torch.maximum(maxes, m)
-            counts += torch.tensor([batch.tokens, batch.slots, 0 if plan.dummy else 1], device=dev, dtype=torch.float64)
+            counts += torch.tensor(
+                [batch.tokens, batch.slots, 0 if plan.dummy else 1, batch.forward], device=dev, dtype=torch.float64
+            )
         return sums, maxes, counts
 
     def step(self, k: int) -> dict:
@@ -347,7 +349,7 @@ class Trainer:
             self.sched.step()
         self.opt.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - t0
-        tokens, slots, micro = counts.tolist()
+        tokens, slots, micro, forward = counts.tolist()
         return {
             "step": k + 1,
             "epoch": plan.epoch,
@@ -360,6 +362,9 @@ class Trainer:
             "tokens": int(tokens),
             "padding_fraction": 1.0 - tokens / slots if slots else 0.0,
             "micro_batches": int(micro),
+            "sequences": plan.sequences,  # segments.py: a segment is one sequence
+            "forward_tokens": int(forward),
+            "unique_tokens": plan.unique_tokens,
             "world_size": self.acc.num_processes,
             "grad_norm": grad_norm,
             "skipped": not finite,

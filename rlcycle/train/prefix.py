@@ -66,10 +66,10 @@ def common_prefix(ex, rows: list[int]) -> int:
 
     Capped at (shortest prompt - 1): the logit that scores a row's first completion token sits
     at its last prompt token, which must be in the suffix forward. So the prefix never reaches
-    a completion token either.
+    a completion token either. A segment (segments.py) counts its first member's prompt.
     """
     first = ex.prompt.row(rows[0])
-    n = min(len(ex.prompt.row(r)) for r in rows) - 1
+    n = min(ex.first_prompt_len(r) for r in rows) - 1
     for r in rows[1:]:
         if n <= 0:
             break

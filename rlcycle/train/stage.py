@@ -40,6 +40,7 @@ from rlcycle.errors import InputError, RlcycleError
 from rlcycle.train import checkpoint as C
 from rlcycle.train import data as D
 from rlcycle.train import longseq, loop, memory
+from rlcycle.train import segments as SG
 from rlcycle.train.config import TrainConfig
 
 METRICS_FILE = "train_metrics.arrow"
@@ -63,6 +64,9 @@ TRAIN_METRICS_SCHEMA = pa.schema(
         ("tokens", pa.int64()),
         ("padding_fraction", _F),
         ("micro_batches", pa.int32()),
+        ("sequences", pa.int32()),
+        ("forward_tokens", pa.int64()),
+        ("unique_tokens", pa.int64()),
         ("world_size", pa.int32()),
         ("ratio_mean", _F),
         ("ratio_min", _F),
@@ -149,7 +153,7 @@ def run(
     versions = list(config.policy_versions) or base_info.lineage
     ex = D.load_examples(paths, config, versions, vocab)
     _check_rows(ex, config, versions, paths)
-    schedule = D.Schedule(len(ex), config)
+    schedule = D.Schedule(len(ex), config, ex.segments)
     say(_start_line(ex, schedule, config, acc))
     optimizer, scheduler = loop.build_optimizer(model, config, schedule.n_steps)
     model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
@@ -453,7 +457,12 @@ def summarize_run(rows: list[dict], ex: D.Examples) -> dict[str, Any]:
         "rows_dropped": dict(ex.dropped),
         "tokens": sum(r["tokens"] for r in rows),
         "loss_tokens": sum(r["loss_tokens"] for r in rows),
+        **SG.segment_stats(ex),
+        # Tokens the forwards ran, and the unique tokens of the rows trained (segments.py).
+        "forward_tokens": sum(r.get("forward_tokens") or 0 for r in rows),
+        "unique_tokens": sum(r.get("unique_tokens") or 0 for r in rows),
     }
+    out["forward_per_unique"] = out["forward_tokens"] / out["unique_tokens"] if out["unique_tokens"] else None
     for key in (
         "loss",
         "ratio_mean",
@@ -502,7 +511,7 @@ def _fingerprint(config: TrainConfig, data_hashes: list[dict], base_id: str, wor
 
 
 def _check_rows(ex: D.Examples, config: TrainConfig, versions: list[str], paths: list[str]) -> None:
-    if len(ex) and D.Schedule(len(ex), config).n_steps:
+    if len(ex) and D.Schedule(len(ex), config, ex.segments).n_steps:
         return
     why = ", ".join(f"{k}={v}" for k, v in Counter(ex.dropped).most_common()) or "the file is empty"
     hint = "check the examples with `rlcycle inspect`"
@@ -543,6 +552,11 @@ def format_summary(r: TrainResult) -> str:
     lines += [
         f"  tokens         {s.get('tokens', 0):,} ({s.get('loss_tokens', 0):,} trained on), "
         f"{_g(s.get('tokens_per_s_mean'))} tokens/s, padding {_g(s.get('padding_fraction_mean'))}",
+        f"  segments       {s.get('segments', 0):,} sequences for the rows ({s.get('rows_in_segments', 0):,} rows in "
+        f"multi-turn segments, up to {s.get('segment_rows_max', 0):,} rows), {s.get('sessions', 0):,} sessions: "
+        f"{_g(s.get('segments_per_session_mean'))} segments per session (max {s.get('segments_per_session_max') or 0})",
+        f"  forward        {s.get('forward_tokens', 0):,} tokens run for {s.get('unique_tokens', 0):,} unique "
+        f"({_g(s.get('forward_per_unique'))}x)",
         f"  loss           first {_g(s.get('loss_first'))}, last {_g(s.get('loss_last'))}",
         f"  off-policy     ratio {_g(s.get('ratio_mean_mean'))}, mismatch KL {_g(s.get('mismatch_kl_mean'))}, "
         f"ESS {_g(s.get('ess_mean'))}, clip {_g(s.get('clip_frac_mean'))}, IS-capped {_g(s.get('is_frac_mean'))}",
