@@ -20,6 +20,15 @@ session's next episode, `<session>-e<k>` (k counts from 0 per session in this pr
 restarted gateway counts again, so a session id that outlives a restart should come with
 episode ids of its own).
 
+Compaction: a client that compacts or summarises its history (Cursor's self-summarisation,
+OpenHands condensers) sends a request that continues no earlier one. When the session is known
+(header, path or key) and the request keeps the session's latest episode's *task* — the same
+messages up to and including the first user message — followed by anything else (a summary,
+kept tool results), it continues that episode at the next turn ("compaction"; `parent_sample_id`
+is the episode's latest sample). Its prompt does not extend that sample's context, so it starts
+a new segment of the same episode, and distill's episode-level rewards reach every segment. A
+request that is only the task again (system + that first user message) is a new episode.
+
 Matching is by SHA-256 digests of message prefixes (role, text, tool calls with parsed
 arguments), so it costs one hash per message. With an explicit session only that session's
 requests are candidates. When several earlier requests match (n > 1 choices, the same task
@@ -86,6 +95,8 @@ class Episodes:
         self.entries = entries
         self._by_prefix: OrderedDict[str, list[_Seen]] = OrderedDict()
         self._next_episode: OrderedDict[str, int] = OrderedDict()
+        # session -> (task digest, episode, turn, latest sample) of its latest answered request
+        self._latest: OrderedDict[str, tuple[str, str, int, str | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def resolve(
@@ -106,6 +117,10 @@ class Episodes:
             return session, episode, turn, {"session": session_rule, "episode": "header"}, parent
         if found is not None:
             return session, found.episode, found.turn + 1, {"session": session_rule, "episode": "continuation"}, parent
+        compacted = self._compacted(messages, digests, session) if session_rule != "new" else None
+        if compacted is not None:
+            ep, turn, last = compacted
+            return session, ep, turn + 1, {"session": session_rule, "episode": "compaction"}, last
         with self._lock:
             k = self._next_episode.pop(session, 0)
             self._next_episode[session] = k + 1
@@ -131,17 +146,45 @@ class Episodes:
                 return cands[-1], cands[-1].answers[0][0] if cands[-1].answers else None
         return None, None
 
+    def _compacted(
+        self, messages: list[dict[str, Any]], digests: list[str], session: str
+    ) -> tuple[str, int, str | None] | None:
+        """(episode, turn, latest sample) when the request compacts the session's latest episode."""
+        task = _task_length(messages)
+        if task is None or task == len(messages):
+            return None
+        with self._lock:
+            latest = self._latest.get(session)
+        if latest is None or latest[0] != digests[task]:
+            return None
+        return latest[1], latest[2], latest[3]
+
     def record(
         self, messages: list[dict[str, Any]], session: str, episode: str, turn: int, answers: list[tuple[str, dict]]
     ) -> None:
         """Remember an answered request: its messages' digest and each choice's assistant message."""
-        key = prefix_digests(messages)[-1]
+        digests = prefix_digests(messages)
+        key = digests[-1]
         seen = _Seen(session, episode, turn, [(sid, canon(msg)) for sid, msg in answers])
+        task = _task_length(messages)
         with self._lock:
+            if task is not None:
+                self._latest[session] = (digests[task], episode, turn, answers[-1][0] if answers else None)
+                self._latest.move_to_end(session)
+                while len(self._latest) > self.entries:
+                    self._latest.popitem(last=False)
             self._by_prefix.setdefault(key, []).append(seen)
             self._by_prefix.move_to_end(key)
             while len(self._by_prefix) > self.entries:
                 self._by_prefix.popitem(last=False)
+
+
+def _task_length(messages: list[dict[str, Any]]) -> int | None:
+    """How many leading messages make the task: up to and including the first user message."""
+    for i, m in enumerate(messages):
+        if m.get("role") == "user":
+            return i + 1
+    return None
 
 
 def _turn_by_users(messages: list[dict[str, Any]]) -> int:
