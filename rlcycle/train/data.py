@@ -84,6 +84,7 @@ OPTIONAL = {
     "max_new_tokens": pa.int32(),  # the sampler's per-call token limit (Dr. GRPO's M)
     "greedy": pa.bool_(),  # argmax decoding (collect carries it from the gateway's events)
     "top_p": pa.float32(),  # nucleus truncation of the sampler (null = none)
+    "hint": pa.string(),  # distill's hint on its target row (train/hints.py; null = none)
 }
 MIN_VERSION_PREFIX = 8
 
@@ -119,6 +120,7 @@ class Examples:
     excluded_reasons: Counter = field(default_factory=Counter)
     version_counts: Counter = field(default_factory=Counter)
     max_new_tokens: int | None = None  # the largest logged sampler limit of the usable rows
+    hint: list[str | None] | None = None  # per usable row, the `hint` column (None: no hint anywhere)
 
     def __len__(self) -> int:
         return len(self.advantage)
@@ -257,6 +259,8 @@ def load_examples(paths: list[str], config: TrainConfig, versions: list[str], vo
     limits, limits_null = _floats(t["max_new_tokens"], 0.0)
     logged = limits[keep][~limits_null[keep] & (limits[keep] > 0)]
     ex.max_new_tokens = int(logged.max()) if len(logged) else None
+    if t["hint"].null_count < n:
+        ex.hint = t["hint"].take(keep).to_pylist()
     return ex
 
 
