@@ -211,9 +211,7 @@ def endpoint_judge(text: str, base_url: str, model: str, timeout_s: float) -> st
         "messages": [{"role": "system", "content": JUDGE_PROMPT}, {"role": "user", "content": text}],
     }
     url = base_url.rstrip("/") + "/chat/completions"
-    req = urllib.request.Request(
-        url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
-    )
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             doc = json.loads(resp.read())

@@ -96,7 +96,8 @@ class DistillConfig:
         help="Naive arm (the seed's first reward hack): exclude samples with an invalid tool call (`discarded_invalid`, weight 0, in no baseline) instead of penalising them.",
     )
     hints: hints.HintConfig = cfg(
-        hints.HintConfig(), help="Hints from follow-ups for train's hinted self-distillation (docs/hints.md; off by default)."
+        hints.HintConfig(),
+        help="Hints from follow-ups for train's hinted self-distillation (docs/hints.md; off by default).",
     )
 
     def validate(self) -> list[str]:
