@@ -113,3 +113,21 @@ def test_a_task_brief_is_read_and_written(tmp_path):
     write_task(t, tmp_path)
     back = load_suite(tmp_path)[0]
     assert back.brief == "1.5 * 2 breaks" and feedback.brief_instruction(back) == "1.5 * 2 breaks"
+
+
+# The grader's pytest in the sandbox image writes a failed list compare this way (a real tail).
+SANDBOX_TAIL = """FF                                                                       [100%]
+=================================== FAILURES ===================================
+_____________________________ test_decimal_tokens ______________________________
+
+    def test_decimal_tokens():
+>       assert tokenize("1.5*2") == ["1.5", "*", "2"]
+E       AssertionError: assert ['1', '.', '5', '*', '2'] == ['1.5', '*', '2']
+E         At index 0 diff: '1' != '1.5'
+
+hidden_tests/test_decimals.py:5: AssertionError
+"""
+
+
+def test_the_sandbox_form_of_a_failed_assert():
+    assert feedback.failure_detail(SANDBOX_TAIL) == "tokenize(\"1.5*2\") returns ['1', '.', '5', '*', '2']"

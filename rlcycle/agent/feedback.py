@@ -39,7 +39,9 @@ TEMPLATES = (
 _BLOCK = re.compile(r"^_{3,} (\S+) _{3,}$", re.M)
 _EXC = re.compile(r"^E\s+((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b.*)$")
 _WHERE = re.compile(r"^E\s+\+\s+where (.+?) = (.+)$")
-_ASSERT = re.compile(r"^E\s+assert (.+?)\s*(?:==|!=|<=|>=|<|>| is not | is | not in | in )\s*(.+)$")
+_ASSERT = re.compile(
+    r"^E\s+(?:AssertionError: )?assert (.+?)\s*(?:==|!=|<=|>=|<|>| is not | is | not in | in )\s*(.+)$"
+)
 
 
 def failure_detail(output: str) -> str | None:
