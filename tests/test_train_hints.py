@@ -180,3 +180,17 @@ def test_train_cli_runs_the_hint_term_and_logs_its_metrics(cli, tmp_path):
         ["train", path, "--base", base, "-o", tmp_path / "x", "--set", "hints.coef=0.5", "--set", "hints.teacher=base"]
     )
     assert r.exit_code == 2 and "hints.teacher=base needs LoRA" in r.output
+
+
+def test_lora_base_teacher_disables_the_adapter(cli, tmp_path):
+    """teacher=base: the training model with its adapter off. At step 1 a fresh adapter is zero, so
+    the base teacher is the starting model and, with an empty hint, the gap is exactly the
+    packing/precision noise: ~0."""
+    base = make_base(tmp_path / "base")
+    path = _examples(tmp_path, base, ["", "", "", ""])
+    args = ["train", path, "--base", base, "-o", tmp_path / "ck", "--json", "--set", "max_policy_lag=-1"]
+    args += ["--set", "hints.coef=0.5", "--set", "hints.teacher=base", "--set", "lora.r=4", "--set", "batch_size=4"]
+    r = cli(args)
+    assert r.exit_code == 0, r.output
+    m = pl.read_ipc(json.loads(r.stdout)["metrics_path"]).row(0, named=True)
+    assert m["hint_rows_frac"] == 1.0 and abs(m["hint_gap_mean"]) < 1e-4
