@@ -180,6 +180,7 @@ EXAMPLES = Contract(
         ("advantage", pa.float32()),
         ("weight", pa.float32()),
         ("excluded", pa.string()),
+        ("hint", pa.string()),  # extension: the follow-up's hint on its target turn (docs/hints.md)
     ),
     open_structs=("reward_parts",),
     doc="Training examples: trajectory columns, reward parts, advantage (output of distill).",

@@ -207,7 +207,11 @@ class _Session:
             prepare_workspace(self.task, self.sandbox)
         except RlcycleError as e:
             raise SandboxBroken(f"could not prepare a sandbox: {e.message}") from None
-        self.transcript = self.ctx.renderer.new_transcript(initial_messages(self.task.instruction))
+        first = self.task.instruction
+        if self.ctx.simulate_user:  # a simulated user may write less than the task says (agent/user.py)
+            brief_rng = random.Random(derive_seed(self.ctx.seed, self.task.id, self.attempt, "first_message"))
+            first = self.ctx.user.first_message(self.task, brief_rng)
+        self.transcript = self.ctx.renderer.new_transcript(initial_messages(first))
         self.waiting = True
 
     def act(self) -> None:
@@ -329,7 +333,8 @@ class _Session:
 
     def _react(self, passed: bool, end_reason: str) -> None:
         user, rng, log = self.ctx.user, self.rng, self.log
-        reaction = user.react(SessionOutcome(passed, self.edited, end_reason), rng)
+        failure = self.grade.output if self.grade is not None else ""
+        reaction = user.react(SessionOutcome(passed, self.edited, end_reason, failure), rng)
         end_ms = log.clock.now_ms
         if reaction.followup is not None:
             log.user_message(reaction.followup, user.think_ms(rng), next_episode=False)

@@ -15,6 +15,12 @@ production:
 - an edit *persists* when the hidden tests pass with it: its `edit_outcome` reports every
   proposed line surviving; otherwise it is reverted (0 lines survive) or, with
   `partial_survival_rate`, partly kept (a random fraction under one half), hours later;
+- with `followup_style = "informative"` a failed session's complaint says what the user saw: the
+  call that misbehaves and what it returned or raised, read off the hidden tests' failure, never
+  the fix (rlcycle/agent/feedback.py); `canned` (the default) keeps the lines above, the
+  no-information baseline of docs/hints.md;
+- with probability `underspecified_rate` the session's first message is the task's brief
+  ("Decimal numbers don't work.") instead of its full instruction, as real first messages are;
 - a thumbs rating comes with probability `feedback_rate`: +1 on pass, -1 otherwise, flipped
   with probability `feedback_noise` (user signals are noisy).
 
@@ -26,6 +32,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from rlcycle.agent.feedback import brief_instruction, failure_detail, informative_followup
 from rlcycle.config import cfg, check_range
 from rlcycle.tasks.suite import Task
 
@@ -41,6 +48,7 @@ DISSATISFIED_NOTHING = (
     "Nothing changed. Please actually make the change.",
     "This is not what I asked for: no code was touched.",
 )
+FOLLOWUP_STYLES = ("canned", "informative")
 ANNOYED = (
     "Why are you asking? Everything you need is in the request. Just do it.",
     "I already said what I want. Please just make the change.",
@@ -64,9 +72,20 @@ class UserConfig:
     )
     think_min_s: float = cfg(20.0, help="Fewest seconds the user takes to answer or react.")
     think_max_s: float = cfg(180.0, help="Most seconds the user takes to answer or react.")
+    followup_style: str = cfg(
+        "canned",
+        help="canned (fixed complaint lines: no information) or informative (a failed session's complaint "
+        "names the misbehaving call and what it returned, from the hidden tests; docs/hints.md).",
+    )
+    underspecified_rate: float = cfg(
+        0.0, help="Probability a session's first message is the task's brief instead of its full instruction."
+    )
 
     def validate(self) -> list[str]:
         problems = []
+        if self.followup_style not in FOLLOWUP_STYLES:
+            problems.append(f"followup_style={self.followup_style!r}: expected one of {', '.join(FOLLOWUP_STYLES)}")
+        check_range(problems, self, "underspecified_rate", ge=0, le=1)
         check_range(
             problems, self, ("followup_rate", "feedback_rate", "feedback_noise", "partial_survival_rate"), ge=0, le=1
         )
@@ -84,6 +103,7 @@ class SessionOutcome:
     passed: bool  # the hidden tests pass on what the agent left
     edited: bool  # the agent made at least one edit that applied
     end_reason: str  # finish / ask_user / max_turns / max_tokens / no_tool_call
+    failure: str = ""  # the hidden tests' output tail (what an informative user reads the symptom from)
 
 
 @dataclass(frozen=True)
@@ -107,6 +127,13 @@ class SimulatedUser:
             return task.clarification_answer, True
         return rng.choice(ANNOYED), False
 
+    def first_message(self, task: Task, rng: random.Random) -> str:
+        """The message that starts a session: the instruction, or with `underspecified_rate` its
+        brief. `rng` is the session's own stream for this draw (never the reactions' stream)."""
+        if self.config.underspecified_rate > 0 and rng.random() < self.config.underspecified_rate:
+            return brief_instruction(task)
+        return task.instruction
+
     def react(self, outcome: SessionOutcome, rng: random.Random) -> Reaction:
         """The follow-up message and thumbs rating after the session."""
         c = self.config
@@ -119,6 +146,10 @@ class SimulatedUser:
         # Draw every number in a fixed order whatever the branch, so one choice never shifts
         # the random stream of the next (the same seed gives the same user across policies).
         text, p_followup, p_feedback, p_flip = rng.choice(texts), rng.random(), rng.random(), rng.random()
+        if kind == "dissatisfied_failed" and c.followup_style == "informative":
+            detail = failure_detail(outcome.failure)
+            if detail:  # no symptom to tell (a collection error, a timeout): the canned line
+                text = informative_followup(detail, texts.index(text))
         followup = text if p_followup < c.followup_rate else None
         feedback = None
         if p_feedback < c.feedback_rate:

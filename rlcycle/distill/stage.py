@@ -3,7 +3,8 @@
 In:  `trajectories.arrow` (the `trajectories` contract; a path, or `-` for an Arrow stream on
      stdin) and a reward spec (TOML, rlcycle/distill/spec.py; none = built-in defaults).
 Out: `examples.arrow` (the `examples` contract: every trajectory column, then `reward`,
-     `reward_parts` (one float32 per signal), `group_key`, `advantage`, `weight`, `excluded`),
+     `reward_parts` (one float32 per signal), `group_key`, `advantage`, `weight`, `excluded`,
+     `hint` (the follow-up's hint on the turn it answers, null unless `hints.enabled`; hints.py)),
      `reward_report.json` beside it, and a `DistillResult`.
 
     rlcycle distill runs/demo/trajectories.arrow -o runs/demo/examples.arrow --spec sample_data/rewards.toml
@@ -50,14 +51,14 @@ import pyarrow as pa
 from rlcycle import console
 from rlcycle import io as rio
 from rlcycle.config import cfg, check_range
-from rlcycle.distill import advantages, features, monitors, rewards
+from rlcycle.distill import advantages, features, hints, monitors, rewards
 from rlcycle.distill.spec import CREDITS, RewardSpec, default_spec, load_spec
 from rlcycle.errors import InputError
 from rlcycle.schema import EXAMPLES, TRAJECTORIES, check, conform
 from rlcycle.stage import Outcome, RunLayout, StageContext, content_key
 
 REPORT_NAME = "reward_report.json"
-OUTPUT_COLUMNS = ("reward", "reward_parts", "group_key", "advantage", "weight", "excluded")
+OUTPUT_COLUMNS = ("reward", "reward_parts", "group_key", "advantage", "weight", "excluded", "hint")
 REASONS = (
     "",
     "no_completion",
@@ -105,6 +106,10 @@ class DistillConfig:
         False,
         help="Naive arm (the seed's first reward hack): exclude samples with an invalid tool call (`discarded_invalid`, weight 0, in no baseline) instead of penalising them.",
     )
+    hints: hints.HintConfig = cfg(
+        hints.HintConfig(),
+        help="Hints from follow-ups for train's hinted self-distillation (docs/hints.md; off by default).",
+    )
 
     def validate(self) -> list[str]:
         problems = []
@@ -142,6 +147,7 @@ class DistillResult:
     version_order: list[str] = field(default_factory=list)  # oldest first (by first sample)
     warnings: list[dict] = field(default_factory=list)
     hacks: list[dict] = field(default_factory=list)
+    hints: dict[str, Any] = field(default_factory=dict)  # hints.build's report (docs/hints.md)
     notes: list[str] = field(default_factory=list)
     spec: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
@@ -221,6 +227,8 @@ def run(
     result.reward = _stats(rw.reward)
     result.advantage = _stats(adv.advantage[reason == 0])
     columns = _output_columns(spec, rw, groups, group, adv.advantage, reason)
+    hinted = hints.build(table, feats, spec, config.hints)
+    columns["hint"], result.hints = hinted.column, hinted.report
     with ThreadPoolExecutor(1) as pool:  # the examples file is written while the monitors run
         written = pool.submit(_write, table, columns, out, spec, config)
         result.per_policy_version = monitors.per_version(feats, rw.parts, rw.reward)
@@ -395,6 +403,13 @@ def format_summary(r: DistillResult) -> str:
             f"    {v}: {m['samples']:,} samples, invalid {_p(m.get('invalid_tool_call_rate'))}, "
             f"clarify {_p(m.get('clarification_rate'))}, edit {_p(m.get('edit_rate'))}, "
             f"latency {m.get('mean_latency_ms') or 0:,.0f} ms"
+        )
+    if r.hints.get("enabled"):
+        h = r.hints
+        lines.append(
+            f"  hints          {h['accepted']:,} of {h['dissatisfied']:,} dissatisfied episodes "
+            f"({h['rejected_by_rule']:,} said nothing, {h['rejected_by_judge']:,} rejected by the judge)"
+            + (f"; shuffled ({h['shuffle']['moved']:,} moved)" if "shuffle" in h else "")
         )
     lines += [f"  note: {n}" for n in r.notes]
     lines.append(f"  report         {r.report}")

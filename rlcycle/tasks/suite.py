@@ -77,6 +77,11 @@ class Task:
         DEFAULT_RUN_TESTS_COMMAND, help="what the agent's run_tests tool runs (visible tests only)"
     )
     source: str | None = _f(None, help="where the task comes from, e.g. HumanEval/0")
+    brief: str | None = _f(
+        None,
+        help="the request as a terse user writes it (the simulated user's underspecified first message; "
+        "default: the instruction up to its first ':' or sentence end)",
+    )
     repo: dict[str, str] = _f({}, help="starting files: relative path -> text")
     hidden_tests: dict[str, str] = _f({}, help="hidden test files, relative to hidden_tests/")
     solution: dict[str, str] = _f({}, help="reference solution files, written over repo")
@@ -105,6 +110,7 @@ TOML_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "clarification_answer": ((str,), False),
     "run_tests_command": ((str,), False),
     "source": ((str,), False),
+    "brief": ((str,), False),
 }
 TASK_DIRS = ("repo", "hidden_tests", "solution")
 

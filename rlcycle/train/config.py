@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlcycle.config import cfg, check_range
+from rlcycle.train.hints import HintLossConfig
 
 OBJECTIVES = ("ppo", "grpo", "dr_grpo", "cispo")
 NORMALIZATIONS = ("token", "sequence", "constant")
@@ -173,6 +174,9 @@ class TrainConfig:
     save_dtype: str = cfg("base", help="dtype of the saved weights: base (as the base checkpoint), fp32 or bf16.")
     cpu: bool = cfg(False, help="Train on CPU even when a GPU is visible.")
     lora: LoraConfig = cfg(LoraConfig(), help="LoRA adapters (lora.r > 0; see LoraConfig, docs/lora.md).")
+    hints: HintLossConfig = cfg(
+        HintLossConfig(), help="Hinted self-distillation on rows with a `hint` (hints.coef > 0; docs/hints.md)."
+    )
     # --- reproducibility and resume ---------------------------------------------------------
     seed: int = cfg(0, help="Seed of the data order and every RNG.")
     save_every: int = cfg(50, help="Save resumable state every this many steps (0 = never).")

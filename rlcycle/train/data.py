@@ -87,6 +87,7 @@ OPTIONAL = {
     "greedy": pa.bool_(),  # argmax decoding (collect carries it from the gateway's events)
     "top_p": pa.float32(),  # nucleus truncation of the sampler (null = none)
     "session_id": pa.string(),  # segments per session (train's summary)
+    "hint": pa.string(),  # distill's hint on its target row (train/hints.py; null = none)
 }
 # The delta prompt layout (rlcycle/prompts.py), read when a file has it; prompt_ids is then
 # optional (null in that layout).
@@ -136,6 +137,7 @@ class Examples:
     source: np.ndarray | None = None
     segments: list[np.ndarray] | None = None
     sessions: list | None = None  # session_id per kept row (None: not in the file)
+    hint: list[str | None] | None = None  # per usable row, the `hint` column (None: no hint anywhere)
 
     def __len__(self) -> int:
         return len(self.advantage)
@@ -335,6 +337,8 @@ def load_examples(paths: list[str], config: TrainConfig, versions: list[str], vo
     limits, limits_null = _floats(t["max_new_tokens"], 0.0)
     logged = limits[keep][~limits_null[keep] & (limits[keep] > 0)]
     ex.max_new_tokens = int(logged.max()) if len(logged) else None
+    if t["hint"].null_count < n:
+        ex.hint = t["hint"].take(keep).to_pylist()
     return ex
 
 

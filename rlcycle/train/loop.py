@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from rlcycle import io as rio
 from rlcycle.errors import RlcycleError
 from rlcycle.train import data as D
+from rlcycle.train import hints as H
 from rlcycle.train import longseq as LS
 from rlcycle.train import loss as L
 from rlcycle.train import memory as M
@@ -274,7 +275,16 @@ class Trainer:
     """Holds what a step needs; `step(k)` runs optimizer step k and returns its metrics row."""
 
     def __init__(
-        self, acc, model, ref_model, optimizer, scheduler, ex: D.Examples, schedule: D.Schedule, config: TrainConfig
+        self,
+        acc,
+        model,
+        ref_model,
+        optimizer,
+        scheduler,
+        ex: D.Examples,
+        schedule: D.Schedule,
+        config: TrainConfig,
+        hint_rows: H.HintRows | None = None,
     ):
         self.acc, self.model, self.ref = acc, model, ref_model
         self.opt, self.sched = optimizer, scheduler
@@ -284,11 +294,22 @@ class Trainer:
         self.skipped: list[int] = []
         # Under FSDP lm_head is sharded outside the forward: the logits come from the forward.
         self.chunk = 0 if LS.fsdp_wrapped(model) else config.logprob_chunk_tokens
+        # Hinted self-distillation (hints.py): the teacher prompts, and the step's metrics.
+        self.hint_rows = hint_rows if config.hints.on else None
+        self.hint_stats = H.HintStats(acc.device, config.hints.gap_clip) if self.hint_rows is not None else None
 
-    def _token_batch(self, batch: D.Batch) -> L.TokenBatch:
+    def _teacher(self, lines) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The hinted teacher's logprobs of this pass's completion tokens (hints.py), no gradient."""
+        teacher = self.c.hints.teacher
+        model = self.ref if teacher == "behavior" else self.acc.unwrap_model(self.model)
+        adapter_off = model.disable_adapter() if teacher == "base" else contextlib.nullcontext()
+        with adapter_off, self.acc.autocast():
+            return H.teacher_logprobs(model, self.ex, self.hint_rows, H.batch_rows(lines), self.acc.device)
+
+    def _token_batch(self, batch: D.Batch, lines=None) -> L.TokenBatch:
         dev = self.acc.device
         ref = None
-        if self.ref is not None:
+        if self.ref is not None and self.c.kl_coef > 0:  # the ref may be loaded for the hint teacher only
             with torch.no_grad():
                 ref = completion_logprobs(self.ref, batch, dev, self.chunk)
         return L.TokenBatch(
@@ -299,7 +320,12 @@ class Trainer:
             mask=batch.mask.to(dev),
             ref_logp=ref,
             row=batch.row.to(dev) if batch.row is not None else None,
+            **self._hint_fields(lines),
         )
+
+    def _hint_fields(self, lines) -> dict:
+        got = self._teacher(lines) if self.hint_rows is not None and lines is not None else None
+        return {} if got is None else {"teacher_logp": got[0], "hinted": got[1]}
 
     def _accumulate(self, plan: D.StepPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Forward/backward every micro-batch of this process; local (sums, maxes, counts)."""
@@ -318,7 +344,10 @@ class Trainer:
                 contextlib.nullcontext() if last else self.acc.no_sync(self.model),
                 LS.context_parallel_pass(self.acc, batch, self.c) as batch,
             ):
-                loss, s, m = L.micro_loss(self._token_batch(batch), self.settings)
+                tb = self._token_batch(batch, lines)
+                loss, s, m = L.micro_loss(tb, self.settings)
+                if self.hint_stats is not None:
+                    self.hint_stats.observe(tb)
                 # x world: DDP/FSDP average the all-reduced gradient over processes.
                 self.acc.backward(loss * world)
             sums += s
@@ -371,4 +400,5 @@ class Trainer:
             "tokens_per_s": tokens / seconds if seconds > 0 else None,
             "step_seconds": seconds,
             "peak_memory_gb": M.peak_gb(self.acc.device),
+            **(self.hint_stats.metrics(self.acc, self.hint_rows, plan.rows) if self.hint_stats is not None else {}),
         }

@@ -86,6 +86,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlcycle.train import hints as H
 from rlcycle.train.config import TrainConfig
 
 # Bounds on log r before exp: e^20 ≈ 5e8 is far past any cap, and exp() cannot overflow.
@@ -128,10 +129,19 @@ class LossSettings:
     is_floor: float = 0.0
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
+    # Hinted self-distillation (hints.py has the math); 0 = off.
+    hint_coef: float = 0.0
+    hint_mode: str = "rlsd"
+    hint_gap_clip: float = 2.0
+    hint_is_cap: float = 2.0
 
     @classmethod
     def from_config(cls, c: TrainConfig) -> LossSettings:
-        return cls(c.objective, c.clip_low, c.clip_high, c.is_mode, c.is_cap, c.is_floor, c.kl_coef, c.kl_estimator)
+        h = c.hints
+        return cls(
+            c.objective, c.clip_low, c.clip_high, c.is_mode, c.is_cap, c.is_floor, c.kl_coef, c.kl_estimator,
+            h.coef, h.mode, h.gap_clip, h.is_cap,
+        )  # fmt: skip
 
 
 @dataclass
@@ -145,6 +155,9 @@ class TokenBatch:
     mask: torch.Tensor  # m_t as float (1 = loss token)
     ref_logp: torch.Tensor | None = None  # ℓ^ref_t when KL is on
     row: torch.Tensor | None = None  # int64: the sequence (0..n-1 in this batch) of each token
+    teacher_logp: torch.Tensor | None = None  # ℓ^T_t of the hinted teacher (hints.py), no gradient
+    hinted: torch.Tensor | None = None  # 1 on tokens of rows with a hint and a teacher
+    hint_term: torch.Tensor | None = None  # λ·L^H_t, set by micro_loss (for the hint metrics)
 
 
 def kl_estimate(delta: torch.Tensor, estimator: str, log_r: torch.Tensor | None = None) -> torch.Tensor:
@@ -216,6 +229,8 @@ def token_losses(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, dict[str
         flags["clip_high"] = ((adv > 0) & (r_sg > 1.0 + s.clip_high)).to(r.dtype)
     on = (b.mask > 0) & (keep > 0)
     pg = torch.where(on, pg, torch.zeros_like(pg))
+    if s.hint_coef > 0 and b.teacher_logp is not None:  # hinted tokens: the blend of hints.py
+        pg, flags["hint"] = H.hint_losses(pg, b.logp, b.teacher_logp, b.hinted, adv, log_r, on, s)
     kl = torch.zeros_like(pg)
     if s.kl_coef > 0 and b.ref_logp is not None:
         # Select before the estimator: exp(-δ) of a masked token may overflow, and inf·0 (value)
@@ -230,6 +245,7 @@ def token_losses(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, dict[str
 def micro_loss(b: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(Σ_t c_t·L_t with gradient, SUM_STATS vector, MAX_STATS vector) for one micro-batch."""
     per_token, f = token_losses(b, s)
+    b.hint_term = f.get("hint")
     loss = (b.coef * per_token).sum()
     with torch.no_grad():
         m = b.mask

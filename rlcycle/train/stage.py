@@ -39,6 +39,7 @@ from rlcycle.digest import file_sha256
 from rlcycle.errors import InputError, RlcycleError
 from rlcycle.train import checkpoint as C
 from rlcycle.train import data as D
+from rlcycle.train import hints as H
 from rlcycle.train import longseq, loop, memory
 from rlcycle.train import segments as SG
 from rlcycle.train.config import TrainConfig
@@ -87,6 +88,14 @@ TRAIN_METRICS_SCHEMA = pa.schema(
         ("tokens_per_s", _F),
         ("step_seconds", _F),
         ("peak_memory_gb", _F),
+        # Hinted self-distillation (train/hints.py; null when hints.coef = 0).
+        ("hint_rows_frac", _F),
+        ("hint_tokens", pa.int64()),
+        ("hint_gap_mean", _F),
+        ("hint_gap_p99", _F),
+        ("hint_clip_frac", _F),
+        ("hint_loss", _F),
+        ("hint_ngram_overlap", _F),
     ],
     metadata={b"rlcycle.schema": b"train_metrics", b"rlcycle.schema_version": b"1"},
 )
@@ -139,6 +148,7 @@ def run(
     acc = loop.make_accelerator(config)
     say = console.info if acc.is_main_process and not quiet else (lambda _m: None)
     config = _fsdp_without_sharing(acc, config, say)
+    H.check(config, config.lora_r)  # before any model is loaded
     set_seed(config.seed)
     C.check_output(out, overwrite)
     base_info = C.read_base(open_checkpoint(base, registry, what="--base").path or base)
@@ -158,7 +168,7 @@ def run(
     optimizer, scheduler = loop.build_optimizer(model, config, schedule.n_steps)
     model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
     ref = None
-    if config.kl_coef > 0:
+    if config.kl_coef > 0 or (config.hints.on and config.hints.teacher == "behavior"):
         ref = acc.prepare_model(loop.load_model(base_info.path, config, trainable=False), evaluation_mode=True)
     if config.batching == "packed":
         loop.check_packing(
@@ -168,7 +178,9 @@ def run(
     state_dir = Path(config.state_dir) if config.state_dir else out.parent / f"{out.name}.state"
     fp = _fingerprint(config, data_hashes, base_info.id, acc.num_processes)
     start, rows, skipped = _resume(acc, config, state_dir, fp)
-    trainer = loop.Trainer(acc, model, ref, optimizer, scheduler, ex, schedule, config)
+    trainer = loop.Trainer(
+        acc, model, ref, optimizer, scheduler, ex, schedule, config, _hint_rows(ex, base_info, config, say)
+    )
     trainer.skipped = skipped
     result = TrainResult(
         None,
@@ -211,6 +223,21 @@ def run(
     acc.wait_for_everyone()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _hint_rows(ex: D.Examples, base_info: C.BaseInfo, config: TrainConfig, say) -> H.HintRows | None:
+    """The hinted teacher's prompts (train/hints.py), when the hint term is on."""
+    if not config.hints.on:
+        return None
+    splicer = H.Splicer.from_pretrained(base_info.path, config.hints.role)
+    rows = H.prepare(ex, ex.hint, splicer, config.hints.ngram)
+    say(
+        f"train: hints on {rows.with_hint - rows.no_header:,} of {len(ex):,} rows "
+        f"(teacher {config.hints.teacher}, {config.hints.mode}, λ={config.hints.coef:g}"
+        + (f"; {rows.no_header:,} prompts without the assistant header left out" if rows.no_header else "")
+        + ")"
+    )
+    return rows
 
 
 def _fsdp_without_sharing(acc, config: TrainConfig, say) -> TrainConfig:
