@@ -29,14 +29,16 @@ Measured per size:
 The headline is a growth table: for each total cost, the exponent log(c2/c1) / log(T2/T1)
 between consecutive sizes (~1: linear in turns, i.e. in unique tokens; ~2: quadratic). Then the
 per-size numbers, then benchkit's tables of the noisy measurements (median, min, max over --runs;
-ratio to the smallest size of the `current` layout).
+ratio to the smallest size of the `before` layout).
 
 Layouts (`--layout`, comma list): how events are written and which CLI and options run the
-stages. Today there is one, `current` (full prompts in every completion event, row-per-call
-trajectories and examples, per-row training). A new layout is one more `Layout` in LAYOUTS: it
-is run on the same sessions, beside `current`, in the same run, and every table gains its rows.
+stages. `before` (the baseline, always run): the CLI of commit e1d642e, the last before issue
+36's storage and segments, exported beside this checkout — full prompts in every completion
+event, row-per-call trajectories and examples, per-row training. `delta` (default): this
+checkout, the gateway's delta events, prompts stored once at every stage, segments in train.
+Both run on the same sessions in the same run; every table has both.
 
-    .venv/bin/python scripts/bench_sessions.py                    # 10, 50, 200 turns, 4 sessions (12 min on a shared 2-core machine, train ~95 %)
+    .venv/bin/python scripts/bench_sessions.py                    # 10, 50, 200 turns, 4 sessions, both layouts
     .venv/bin/python scripts/bench_sessions.py --turns 2,4 --sessions 2 --train-steps 1 --runs 1 --json
     .venv/bin/python scripts/bench_sessions.py --turns 10,20,40 --sessions 8 --runs 3
 """
@@ -79,20 +81,50 @@ class Layout:
     train_args: tuple[str, ...] = ()
 
 
-def _gateway_events(out, sessions, turns, vocab, policy_version, seed, shape) -> dict:
-    return session_events.generate(
-        out, sessions, turns, vocab=vocab, policy_version=policy_version, seed=seed, shape=shape
-    )
+def _events(delta: bool):
+    def write(out, sessions, turns, vocab, policy_version, seed, shape) -> dict:
+        return session_events.generate(
+            out, sessions, turns, vocab=vocab, policy_version=policy_version, seed=seed, shape=shape, delta=delta
+        )
+
+    return write
+
+
+# The commit before issue 36's storage and segments (long sequences, item 3, already in it):
+# its CLI is the baseline, run from an export of that commit beside this checkout.
+BEFORE_COMMIT = "e1d642e"
+
+
+def _before_cli() -> tuple[str, ...]:
+    """`python -m rlcycle` of BEFORE_COMMIT (exported once into a temp dir, kept for the run)."""
+    import subprocess
+
+    dest = Path(tempfile.gettempdir()) / f"rlcycle-{BEFORE_COMMIT}"
+    if not (dest / "rlcycle" / "__init__.py").exists():
+        tmp = Path(tempfile.mkdtemp(prefix="rlcycle-export-"))
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", BEFORE_COMMIT], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+        tmp.rename(dest) if not dest.exists() else shutil.rmtree(tmp)
+    return ("env", "-C", str(dest), sys.executable, "-m", "rlcycle")
 
 
 LAYOUTS = {
-    "current": Layout(
-        "current",
-        "today's: every completion event logs its whole prompt; one row per call downstream",
-        _gateway_events,
+    "before": Layout(
+        "before",
+        f"commit {BEFORE_COMMIT}: every completion event logs its whole prompt; one row per call "
+        "downstream, each trained on its own (the baseline)",
+        _events(delta=False),
+    ),
+    "delta": Layout(
+        "delta",
+        "this checkout: prompts stored once (what each call adds to the previous one) at every stage; "
+        "a session's extending turns trained as one sequence (segments)",
+        _events(delta=True),
     ),
 }
-BASELINE_LAYOUT = "current"
+BASELINE_LAYOUT = "before"
 
 
 # --- measuring artifacts --------------------------------------------------------------------------
@@ -170,6 +202,8 @@ def train_plan(examples: Path, steps: int, policy_version: str, vocab: int) -> d
     if usable == 0:
         return {"usable": 0, "batch_size": 0, "dropped": dict(ex.dropped), "steps": []}
     batch = math.ceil(usable / steps)
+    if getattr(ex, "prompts", None) is not None:  # the delta layout: train counts its own forward
+        return {"usable": usable, "batch_size": batch, "dropped": dict(ex.dropped), "steps": None}
     config = TrainConfig(batch_size=batch, max_steps=steps)
     schedule = D.Schedule(usable, config)
     m_tokens = D.max_completion_tokens(ex, config)
@@ -214,7 +248,7 @@ def run_size(layout: Layout, turns: int, args, root: Path, base: Path, version: 
     shutil.rmtree(events, ignore_errors=True)  # a --keep dir of an earlier run: start clean
     gen = layout.write_events(events, args.sessions, turns, vocab, version, args.seed, shape)
     files = sorted(events.glob("events-*"))
-    cli = list(layout.cli)
+    cli = list(_before_cli() if layout.name == "before" else layout.cli)
     say = f"bench_sessions: {layout.name}, {turns} turns"
     benchkit.progress(f"{say}: {gen['events']:,} events, {gen['bytes'] / 1e6:.1f} MB")
     collect, distill, train = [], [], []
@@ -281,9 +315,14 @@ def train_summary(runs: list[tuple[benchkit.Process, list[dict]]], plan: dict) -
     proc, rows = runs[-1]
     res = json.loads(proc.stdout)
     seq = sum(r["tokens"] for r in rows)
-    fwd = sum(s["fwd"] for s in plan["steps"])
-    planned_seq = sum(s["seq"] for s in plan["steps"])
-    unique = plan["unique_trained"]
+    if plan["steps"] is None:  # train's own counts (segments): what ran, and the unique tokens
+        fwd = sum(r["forward_tokens"] for r in rows)
+        unique = sum(r["unique_tokens"] for r in rows)
+        planned_seq = seq
+    else:
+        fwd = sum(s["fwd"] for s in plan["steps"])
+        planned_seq = sum(s["seq"] for s in plan["steps"])
+        unique = plan["unique_trained"]
     return {
         "rows_in": res["rows_in"],
         "rows_used": res["rows_used"],
@@ -391,7 +430,7 @@ def headline(results: list[dict], grow: list[dict]) -> str:
 
 def tables(results: list[dict]) -> list[benchkit.Table]:
     """benchkit's tables of what is sampled per run; sides are (layout, turns), the baseline
-    the smallest size of the current layout, so a ratio reads as growth from it."""
+    the smallest size of the baseline layout, so a ratio reads as growth from it."""
     first = min((r for r in results if r["layout"] == BASELINE_LAYOUT), key=lambda r: r["turns"])
     base = _side(first)
     specs = [
@@ -428,7 +467,7 @@ def parse_args():
     )
     ap.add_argument(
         "--layout",
-        default=BASELINE_LAYOUT,
+        default="delta",
         help=f"comma-separated layouts to run on the same sessions: {', '.join(LAYOUTS)} "
         f"(the {BASELINE_LAYOUT} layout always runs, as the baseline)",
     )

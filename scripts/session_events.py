@@ -6,7 +6,9 @@ a 400-token first prompt, then per turn 200 generated tokens and 800 tokens of t
 gateway-format event per line (the keys and their order of `rlcycle.gateway.chat.
 completion_events`), that `rlcycle collect DIR` reads:
 
-    completion   per model call: the *whole* prompt_ids (as the gateway logs them today),
+    completion   per model call: the prompt as the gateway logs it since issue 36 (`delta`:
+                 prompt_parent / prompt_shared / prompt_added, what it adds to the previous
+                 call) or as it did before (`delta=False`: the *whole* prompt_ids),
                  completion_ids, completion_logprobs, a tool call, sampling fields
     tool_result  per call, status ok (what a client posts to /v1/rlcycle/events)
     feedback     per session, episode-level thumbs +1 / -1 (so distill has a reward that varies)
@@ -73,8 +75,8 @@ def _dump(obj) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def session_lines(s: int, turns: int, shape: Shape, vocab: int, seed: int, policy_version: str):
-    """(ts_ms, JSON line) of every event of session `s`, in order."""
+def session_lines(s: int, turns: int, shape: Shape, vocab: int, seed: int, policy_version: str, delta: bool = False):
+    """(ts_ms, JSON line) of every event of session `s`, in order (the same ids either layout)."""
     rng = random.Random(f"{seed}-{s}")
     session = f"sess-{seed}-{s:04d}"
     episode = f"{session}-e0"
@@ -97,8 +99,16 @@ def session_lines(s: int, turns: int, shape: Shape, vocab: int, seed: int, polic
         head = (
             f'{{"event_id":"{sample}-completion","type":"completion","ts":"{iso(t_ms)}",'
             f'"session_id":"{session}","episode_id":"{episode}","sample_id":"{sample}","turn":{turn},'
-            f'"policy_version":{_dump(policy_version)},"prompt_ids":['
+            f'"policy_version":{_dump(policy_version)},'
         )
+        if delta:  # stored against the previous call: its whole context, then the tool output
+            parent = f'"{episode}-t{turn - 1}"' if turn else "null"
+            shared = shape.prompt0 + (turn - 1) * (shape.generated + shape.tool_output) + shape.generated if turn else 0
+            head += f'"prompt_parent":{parent},"prompt_shared":{shared},"prompt_added":['
+            prompt_text = prompt_parts[-1]
+        else:
+            head += '"prompt_ids":['
+            prompt_text = ",".join(prompt_parts)
         tail = _dump(
             {
                 "completion_text": text,
@@ -121,12 +131,7 @@ def session_lines(s: int, turns: int, shape: Shape, vocab: int, seed: int, polic
                 "n_unlisted_calls": 0,
             }
         )[1:]
-        line = (
-            head
-            + ",".join(prompt_parts)
-            + f'],"completion_ids":[{comp_text}],"completion_logprobs":[{logprobs}],'
-            + tail
-        )
+        line = head + prompt_text + f'],"completion_ids":[{comp_text}],"completion_logprobs":[{logprobs}],' + tail
         yield t_ms, line
         duration = round(rng.uniform(50, 3_000), 3)
         t_ms += int(duration)
@@ -176,8 +181,10 @@ def generate(
     policy_version: str,
     seed: int = 0,
     shape: Shape = Shape(),
+    delta: bool = False,
 ) -> dict:
-    """Write the log into `out` (one file per hour of `ts`); return its summary."""
+    """Write the log into `out` (one file per hour of `ts`); return its summary. `delta`: each
+    prompt stored as what it adds to the previous call (the gateway since issue 36)."""
     if sessions < 1 or turns < 1:
         raise ValueError(f"sessions={sessions} and turns={turns} must be at least 1")
     if vocab <= FIRST_ID:
@@ -187,7 +194,7 @@ def generate(
     n_events = 0
     try:
         for s in range(sessions):
-            for ts, line in session_lines(s, turns, shape, vocab, seed, policy_version):
+            for ts, line in session_lines(s, turns, shape, vocab, seed, policy_version, delta):
                 name = "events-" + iso(ts)[:13] + ".jsonl"
                 fh = files.get(name) or files.setdefault(name, open(out / name, "w", encoding="utf-8"))
                 fh.write(line)
@@ -219,10 +226,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt0", type=int, default=Shape.prompt0, help="tokens of the first prompt")
     ap.add_argument("--generated", type=int, default=Shape.generated, help="completion tokens a turn")
     ap.add_argument("--tool-output", type=int, default=Shape.tool_output, help="tool-output tokens a turn")
+    ap.add_argument(
+        "--layout", choices=("delta", "full"), default="delta", help="prompts as deltas (today's gateway) or whole"
+    )
     a = ap.parse_args(argv)
     shape = Shape(a.prompt0, a.generated, a.tool_output)
     summary = generate(
-        a.out, a.sessions, a.turns, vocab=a.vocab, policy_version=a.policy_version, seed=a.seed, shape=shape
+        a.out,
+        a.sessions,
+        a.turns,
+        vocab=a.vocab,
+        policy_version=a.policy_version,
+        seed=a.seed,
+        shape=shape,
+        delta=a.layout == "delta",
     )
     print(json.dumps(summary))
     return 0
