@@ -205,5 +205,7 @@ def add_counts(total: Any, part: Any) -> None:
         elif isinstance(theirs, dict):  # per_policy_version: version -> Counter
             for key, counter in theirs.items():
                 mine[key].update(counter)
+        elif f.name.endswith("_max"):  # a maximum over jobs, not a sum
+            setattr(total, f.name, max(mine, theirs))
         elif isinstance(theirs, (int, float)) and theirs:
             setattr(total, f.name, mine + theirs)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rlcycle.collect.events import BadRecord
 from rlcycle.prompts import Prompts, _lists, lcp_pairs, segment_starts
@@ -89,8 +90,10 @@ def canonical(comp: pl.DataFrame, result: Any, bad: list[BadRecord]) -> tuple[pl
     no_prompt = ~old & ~add_ok  # neither layout: the prompt is unknown (train: no_prompt)
     retried = _retries(comp, p, no_prompt)
     result.prompt_tokens_logged += int(np.where(old, full_len, np.where(add_ok, add_len, 0)).sum())
-    named = comp.get_column("sample_id").gather(np.maximum(parent, 0))
-    parent_ids = pl.select(pl.when(pl.Series(parent >= 0)).then(named).alias("prompt_parent")).to_series()
+    # Arrow's take with null indices: only the named ids in the data buffer, whatever the row
+    # order (a masked gather would keep every row's text and make the file's bytes order-dependent).
+    index = pa.array(parent, mask=parent < 0)
+    parent_ids = pl.Series("prompt_parent", comp.get_column("sample_id").to_arrow().take(index))
     added = pa.ListArray.from_arrays(
         pa.array(p.added_offsets.astype(np.int32 if len(p.added_values) < 2**31 else np.int64)),
         pa.array(p.added_values, pa.int32()),
@@ -126,7 +129,10 @@ def reroot(comp: pl.DataFrame, p: Prompts, kept: np.ndarray) -> pl.DataFrame:
     is_orphan = pl.Series(mask)
     return comp.with_columns(
         pl.when(is_orphan).then(repl.cast(pl.List(pl.Int32))).otherwise(pl.col("prompt_added")).alias("prompt_added"),
-        pl.when(is_orphan).then(None).otherwise(pl.col("prompt_parent")).alias("prompt_parent"),
+        pl.Series(  # Arrow's if_else: a compact string buffer (see canonical)
+            "prompt_parent",
+            pc.if_else(pa.array(mask), pa.scalar(None, pa.string()), comp.get_column("prompt_parent").to_arrow()),
+        ),
         pl.when(is_orphan).then(0).otherwise(pl.col("prompt_shared")).cast(pl.Int32).alias("prompt_shared"),
     )
 
@@ -272,4 +278,11 @@ def count_stored(comp: pl.DataFrame, p: Prompts, result: Any) -> None:
     starts = segment_starts(p) | (p.parent < 0) | ~keep[np.maximum(p.parent, 0)]
     result.segments += int(starts[kept].sum())
     result.sessions_out += comp.get_column("session_id").n_unique()
+    per_session = (
+        pl.DataFrame({"s": comp.get_column("session_id"), "start": starts[kept]})
+        .group_by("s")
+        .agg(pl.col("start").sum())
+    )
+    if per_session.height:
+        result.segments_per_session_max = max(result.segments_per_session_max, int(per_session["start"].max()))
     result.retried += int(comp.get_column("retried").sum())

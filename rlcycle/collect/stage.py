@@ -137,6 +137,7 @@ class CollectResult:
     prompt_tokens_stored: int = 0
     prompt_tokens_full: int = 0
     segments: int = 0
+    segments_per_session_max: int = 0
     sessions_out: int = 0
     retried: int = 0
     orphans: Counter = field(default_factory=Counter)
@@ -173,6 +174,7 @@ class CollectResult:
             "prompt_tokens_stored": self.prompt_tokens_stored,
             "prompt_tokens_full": self.prompt_tokens_full,
             "segments": self.segments,
+            "segments_per_session_max": self.segments_per_session_max,
             "sessions_out": self.sessions_out,
             "retried": self.retried,
             "orphans": dict(sorted(self.orphans.items())),
@@ -408,7 +410,8 @@ def format_summary(r: CollectResult) -> str:
         f"({mb:,.1f} MB) in {r.seconds:.1f}s, {r.partitions} partition(s)",
         f"  trajectories   {r.samples_out:,} samples in {r.episodes_out:,} episodes -> {r.output}",
         f"  prompts        {r.prompt_tokens_stored:,} token ids stored for {r.prompt_tokens_full:,} in whole prompts; "
-        f"{r.segments:,} segments in {r.sessions_out:,} sessions; {r.retried:,} retried (left out by train)",
+        f"{r.segments:,} segments in {r.sessions_out:,} sessions (at most {r.segments_per_session_max:,} in one); "
+        f"{r.retried:,} retried (left out by train)",
         f"  duplicates     {r.duplicates:,} events"
         + (f", {r.duplicate_samples} repeated sample ids" if r.duplicate_samples else ""),
         f"  held back      {r.held_back_episodes:,} episodes ({r.held_back_samples:,} samples): edit outcomes still due",
