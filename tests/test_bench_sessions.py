@@ -3,9 +3,10 @@
 In: sessions of 2 and 4 turns (small turns: 40-token first prompt, 20 generated + 80 of tool
 output), generated, collected, distilled and trained through the real CLI by the bench. Out:
 the generator's sessions extend token for token and are seeded; the bench's `--json` object has
-its documented shape, every stage's ids-per-unique-token grows with turns for today's layout
-(prompts are repeated), train's counts agree with the replayed plan, and the growth table has an
-exponent per cost. Nothing about speed is asserted.
+its documented shape; the events (whole prompts, as logs written before issue 36 item 1) store
+ids per unique token that grow with turns, trajectories and examples store every token once
+(prompts stored once), train still scores whole prompts row by row; train's counts agree with the
+replayed plan, and the growth table has an exponent per cost. Nothing about speed is asserted.
 """
 
 from __future__ import annotations
@@ -70,20 +71,24 @@ def test_the_bench_reports_the_curve_of_todays_layout(tmp_path):
         for stage in s["stages"].values():
             assert stage["ids"] > 0 and stage["bytes"] > 0
             assert stage["ids_per_unique"] == stage["ids"] / s["unique_tokens"]
-        # today every row stores its whole prompt, at every stage
-        assert s["stages"]["trajectories"]["ids"] == s["stages"]["events"]["ids"] == 2 * SMALL.logged_ids(s["turns"])
+        # the generated log stores every row's whole prompt; collect stores each prompt once (a
+        # turn extends the last one's context: what it adds is its tool output), and distill too
+        assert s["stages"]["events"]["ids"] == 2 * SMALL.logged_ids(s["turns"])
+        assert s["stages"]["trajectories"]["ids"] == s["unique_tokens"]
         assert s["stages"]["examples"]["ids"] == s["stages"]["trajectories"]["ids"]
         assert len(s["collect"]["seconds"]) == len(s["collect"]["rss_mb"]) == 1
         t = s["train"]
         assert t["plan_matches"], t
         assert t["rows_in"] == t["rows_used"] == t["rows_trained"] == 2 * s["turns"] and t["dropped"] == {}
         assert t["unique_trained"] == s["unique_tokens"]  # every row trained: the whole data
-        assert t["seq_tokens"] == s["stages"]["examples"]["ids"]
+        assert t["seq_tokens"] == s["stages"]["events"]["ids"]  # whole prompts scored, row by row
         assert t["forward_tokens"] > 0 and len(t["s_per_step"]) == 1
-    # The point of today's layout: ids stored per unique token grow with the turns, at every stage.
+    # Whole prompts: ids stored per unique token grow with the turns (the log, train's scoring);
+    # stored once (trajectories, examples): one id per unique token at every size.
     small, big = sizes
-    for stage in ("events", "trajectories", "examples"):
-        assert big["stages"][stage]["ids_per_unique"] > small["stages"][stage]["ids_per_unique"]
+    assert big["stages"]["events"]["ids_per_unique"] > small["stages"]["events"]["ids_per_unique"]
+    for stage in ("trajectories", "examples"):
+        assert big["stages"][stage]["ids_per_unique"] == small["stages"][stage]["ids_per_unique"] == 1.0
     assert big["train"]["seq_per_unique"] > small["train"]["seq_per_unique"]
     grow = {g["cost"]: g for g in res["extra"]["growth"]}
     assert {"events_ids", "trajectories_bytes", "collect_s", "distill_rss", "train_forward", "unique"} <= set(grow)
