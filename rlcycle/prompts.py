@@ -200,9 +200,10 @@ def _parent_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         )
         .sort("_i")
     )
+    if found.height != n:
+        raise InputError(f"sample_id is not unique ({n - frame.get_column('sample_id').n_unique()} repeated)")
     parent = found.get_column("_p").fill_null(-1).cast(pl.Int64).to_numpy()
     named = found.get_column("prompt_parent").is_not_null().to_numpy()
-    assert len(parent) == n
     return parent, named & (parent < 0)
 
 
@@ -418,7 +419,11 @@ def events_with_full_prompts(events: Sequence[dict]) -> list[dict]:
     For readers that work on events rather than collect's output: a copy of each completion
     event gets its whole prompt, rebuilt exactly from the delta layout (other events pass
     through unchanged). A reference to a sample not among `events` is an InputError."""
-    comps = [e for e in events if e.get("type") == "completion"]
+    comps, seen = [], set()
+    for e in events:  # a re-logged completion (same sample_id): the first one, as collect keeps
+        if e.get("type") == "completion" and e.get("sample_id") not in seen:
+            seen.add(e.get("sample_id"))
+            comps.append(e)
     if not comps:
         return list(events)
     ids = pa.list_(pa.int32())
@@ -432,5 +437,5 @@ def events_with_full_prompts(events: Sequence[dict]) -> list[dict]:
             "completion_ids": pa.array([e.get("completion_ids") for e in comps], ids),
         }
     )
-    whole = iter(full_prompts(table, "<events>").to_pylist())
-    return [{**e, "prompt_ids": next(whole)} if e.get("type") == "completion" else e for e in events]
+    whole = dict(zip(table.column("sample_id").to_pylist(), full_prompts(table, "<events>").to_pylist(), strict=True))
+    return [{**e, "prompt_ids": whole[e.get("sample_id")]} if e.get("type") == "completion" else e for e in events]

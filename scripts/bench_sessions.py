@@ -16,8 +16,9 @@ defaults. B = ceil(usable rows / K): the K steps train every row train keeps, on
 
 Measured per size:
 - token ids stored per unique token and bytes on disk, at each stage: the events log, then
-  trajectories.arrow and examples.arrow (every list-of-integer column named `*_ids` counts; a
-  session's unique tokens are its final context, known from the generator);
+  trajectories.arrow and examples.arrow (every list-of-integer column named `*_ids` counts, and
+  `prompt_added`: a prompt stored once, docs/design.md "Prompts stored once"; a session's
+  unique tokens are its final context, known from the generator);
 - collect and distill: seconds and peak RSS;
 - train: rows in, used and dropped by reason (train's own counts); tokens run forward per unique
   token trained, two ways: `seq` = every trained row's prompt + completion (train's `tokens`
@@ -130,8 +131,13 @@ BASELINE_LAYOUT = "before"
 # --- measuring artifacts --------------------------------------------------------------------------
 
 
+def _counts(name: str) -> bool:
+    """A column (or event key) of token ids: `*_ids`, and the delta layout's `prompt_added`."""
+    return name.endswith("_ids") or name == "prompt_added"
+
+
 def arrow_ids(path: Path) -> int:
-    """Token ids stored in an Arrow file: every list-of-integer column named *_ids."""
+    """Token ids stored in an Arrow file: every list-of-integer column `_counts` names."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -140,13 +146,13 @@ def arrow_ids(path: Path) -> int:
         n = 0
         for name in table.column_names:
             col = table[name]
-            if name.endswith("_ids") and pa.types.is_list(col.type) and pa.types.is_integer(col.type.value_type):
+            if _counts(name) and pa.types.is_list(col.type) and pa.types.is_integer(col.type.value_type):
                 n += int(pc.sum(pc.list_value_length(col)).as_py() or 0)
         return n
 
 
 def jsonl_ids(files: list[Path]) -> int:
-    """Token ids in an events log: every *_ids key holding a list, in every line."""
+    """Token ids in an events log: every key `_counts` names holding a list, in every line."""
     import polars as pl
 
     keys: set[str] = set()
@@ -154,7 +160,7 @@ def jsonl_ids(files: list[Path]) -> int:
         with open(f, encoding="utf-8") as fh:
             for line in fh:
                 ev = json.loads(line)
-                keys |= {k for k, v in ev.items() if k.endswith("_ids") and isinstance(v, list)}
+                keys |= {k for k, v in ev.items() if _counts(k) and isinstance(v, list)}
                 if ev.get("type") == "completion":
                     break
     if not keys:

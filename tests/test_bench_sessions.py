@@ -3,9 +3,10 @@
 In: sessions of 2 and 4 turns (small turns: 40-token first prompt, 20 generated + 80 of tool
 output), generated, collected, distilled and trained through the real CLI by the bench. Out:
 the generator's sessions extend token for token and are seeded; the bench's `--json` object has
-its documented shape, every stage's ids-per-unique-token grows with turns for today's layout
-(prompts are repeated), train's counts agree with the replayed plan, and the growth table has an
-exponent per cost. Nothing about speed is asserted.
+its documented shape; the events (whole prompts, as logs written before issue 36 item 1) store
+ids per unique token that grow with turns, trajectories and examples store every token once
+(prompts stored once), train still scores whole prompts row by row; train's counts agree with the
+replayed plan, and the growth table has an exponent per cost. Nothing about speed is asserted.
 """
 
 from __future__ import annotations
@@ -52,17 +53,28 @@ def test_each_prompt_extends_the_last_prompt_completion_and_tool_output(tmp_path
     assert all((tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() for n in files)
 
 
-def test_the_bench_reports_the_curve_of_todays_layout(tmp_path):
+def test_the_delta_layout_rebuilds_the_same_prompts(tmp_path):
+    from rlcycle import prompts
+
+    session_events.generate(tmp_path / "full", 2, 4, vocab=512, policy_version="v0", seed=3, shape=SMALL)
+    session_events.generate(tmp_path / "delta", 2, 4, vocab=512, policy_version="v0", seed=3, shape=SMALL, delta=True)
+    full, delta = _completions(tmp_path / "full"), _completions(tmp_path / "delta")
+    assert all("prompt_ids" not in e for e in delta)
+    assert [e["prompt_ids"] for e in prompts.events_with_full_prompts(delta)] == [e["prompt_ids"] for e in full]
+    assert sum(len(e["prompt_added"]) + len(e["completion_ids"]) for e in delta) == 2 * SMALL.unique_tokens(4)
+
+
+def test_the_bench_reports_the_curve_of_both_layouts(tmp_path):
     cmd = [sys.executable, str(SCRIPTS / "bench_sessions.py"), "--turns", "2,4", "--sessions", "2"]
     cmd += ["--train-steps", "1", "--runs", "1", "--json", "--keep", str(tmp_path)]
     cmd += ["--prompt0", "40", "--generated", "20", "--tool-output", "80"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout)  # one object on stdout; progress went to stderr
     assert res["bench"] == "bench_sessions" and res["runs"] == 1
-    assert res["extra"]["config"]["layouts"] == ["current"]
+    assert res["extra"]["config"]["layouts"] == ["before", "delta"]
     sizes = res["extra"]["sizes"]
-    assert [(s["layout"], s["turns"]) for s in sizes] == [("current", 2), ("current", 4)]
+    assert [(s["layout"], s["turns"]) for s in sizes] == [("before", 2), ("delta", 2), ("before", 4), ("delta", 4)]
     for s in sizes:
         assert s["samples"] == 2 * s["turns"]  # collect kept every call
         assert s["unique_tokens"] == 2 * SMALL.unique_tokens(s["turns"])
@@ -70,23 +82,26 @@ def test_the_bench_reports_the_curve_of_todays_layout(tmp_path):
         for stage in s["stages"].values():
             assert stage["ids"] > 0 and stage["bytes"] > 0
             assert stage["ids_per_unique"] == stage["ids"] / s["unique_tokens"]
-        # today every row stores its whole prompt, at every stage
-        assert s["stages"]["trajectories"]["ids"] == s["stages"]["events"]["ids"] == 2 * SMALL.logged_ids(s["turns"])
-        assert s["stages"]["examples"]["ids"] == s["stages"]["trajectories"]["ids"]
         assert len(s["collect"]["seconds"]) == len(s["collect"]["rss_mb"]) == 1
         t = s["train"]
         assert t["plan_matches"], t
         assert t["rows_in"] == t["rows_used"] == t["rows_trained"] == 2 * s["turns"] and t["dropped"] == {}
         assert t["unique_trained"] == s["unique_tokens"]  # every row trained: the whole data
-        assert t["seq_tokens"] == s["stages"]["examples"]["ids"]
-        assert t["forward_tokens"] > 0 and len(t["s_per_step"]) == 1
-    # The point of today's layout: ids stored per unique token grow with the turns, at every stage.
-    small, big = sizes
-    for stage in ("events", "trajectories", "examples"):
-        assert big["stages"][stage]["ids_per_unique"] > small["stages"][stage]["ids_per_unique"]
-    assert big["train"]["seq_per_unique"] > small["train"]["seq_per_unique"]
-    grow = {g["cost"]: g for g in res["extra"]["growth"]}
-    assert {"events_ids", "trajectories_bytes", "collect_s", "distill_rss", "train_forward", "unique"} <= set(grow)
-    assert grow["events_ids"]["exponent"] > grow["unique"]["exponent"]  # super-linear in unique tokens
+        assert len(t["s_per_step"]) == 1
+        if s["layout"] == "before":  # whole prompts at every stage, every row scored on its own
+            for stage in s["stages"].values():
+                assert stage["ids"] == 2 * SMALL.logged_ids(s["turns"])
+            assert t["seq_tokens"] == s["stages"]["events"]["ids"]
+        else:  # every token stored once, and run forward once (each session one segment)
+            for stage in s["stages"].values():
+                assert stage["ids"] == s["unique_tokens"]
+            assert t["forward_tokens"] == s["unique_tokens"]
+    by = {(s["layout"], s["turns"]): s for s in sizes}
+    assert by["before", 4]["stages"]["events"]["ids_per_unique"] > by["before", 2]["stages"]["events"]["ids_per_unique"]
+    assert by["before", 4]["train"]["forward_per_unique"] > by["before", 2]["train"]["forward_per_unique"]
+    assert by["delta", 4]["train"]["forward_per_unique"] == by["delta", 2]["train"]["forward_per_unique"] == 1.0
+    grow = {(g["layout"], g["cost"]): g for g in res["extra"]["growth"]}
+    assert grow["before", "events_ids"]["exponent"] > grow["before", "unique"]["exponent"]  # super-linear
+    assert abs(grow["delta", "events_ids"]["exponent"] - grow["delta", "unique"]["exponent"]) < 1e-9  # linear
     assert {t["title"] for t in res["tables"]} >= {"collect: wall seconds", "train: seconds per optimizer step"}
-    assert all(r["ratio"] == 1.0 for t in res["tables"] for r in t["rows"] if r["side"] == "current, 2 turns")
+    assert all(r["ratio"] == 1.0 for t in res["tables"] for r in t["rows"] if r["side"] == "before, 2 turns")

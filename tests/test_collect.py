@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlcycle import schema
+from rlcycle.prompts import with_full_prompts
 
 AS_OF = "2026-12-02T00:00:00Z"
 
@@ -39,7 +40,9 @@ def test_joins_every_signal(cli, tmp_path):
     assert first["feedback"] == -0.5 and first["feedback_scope"] == "episode"
     assert (first["is_final_turn"], last["is_final_turn"]) == (False, True)
     assert first["behavior_logprobs"] == [-0.5, -0.25, -1.0]
-    assert last["prompt_ids"] == [1, 2, 3, 10, 11, 12, 7]
+    assert last["prompt_ids"] is None and last["prompt_parent"] == first["sample_id"]  # stored once
+    whole = pl.from_arrow(with_full_prompts(out)).sort("turn")
+    assert whole["prompt_ids"].to_list() == [[1, 2, 3], [1, 2, 3, 10, 11, 12, 7]]
     assert schema.validate(pa.ipc.open_file(str(out)).schema, schema.TRAJECTORIES) == []
 
 

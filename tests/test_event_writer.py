@@ -2,7 +2,10 @@
 logs for every sample) and the gateway serving real requests in-process.
 
 Golden files (tests/golden/events_*.jsonl) were captured from the code *before* the two
-hand-written event dicts became one writer (`rlcycle.agent.events`, issue 36); every line is
+hand-written event dicts became one writer (`rlcycle.agent.events`, issue 36), and regenerated
+once when prompts became stored once (issue 36 item 1: each completion's `prompt_ids` replaced
+by `prompt_parent`/`prompt_shared`/`prompt_added` in its place, nothing else changed, every
+rebuilt prompt equal to the old one); every line is
 compared as the bytes both logs write (`json.dumps(..., ensure_ascii=False, separators=(",",
 ":"))`), so key order counts. What cannot repeat is normalised before the comparison and only
 that: the gateway's wall-clock `ts` and measured `latency_ms`. The simulator's clock is
@@ -207,11 +210,13 @@ def test_drawn_refuses_a_sampling_record_that_contradicts_it():
 
 def test_only_the_writer_lays_out_prompts_and_completions():
     """No producer module builds completion fields by hand again: the keys appear as string
-    literals only in rlcycle/agent/events.py (where `prompt_fields` is the prompt's one place)."""
+    literals only in rlcycle/agent/events.py (where `prompt_fields` is the prompt's one place:
+    the delta layout, `prompt_parent`/`prompt_shared`/`prompt_added`; `prompt_ids` is never
+    written by a producer)."""
     import ast
 
     root = Path(__file__).resolve().parent.parent / "rlcycle"
-    keys = {"prompt_ids", "completion_ids", "completion_logprobs"}
+    keys = {"prompt_ids", "prompt_parent", "prompt_shared", "prompt_added", "completion_ids", "completion_logprobs"}
     found = []
     for part in ("agent", "gateway", "simulate", "rollout", "evaluation"):
         for path in sorted((root / part).rglob("*.py")):
@@ -221,6 +226,6 @@ def test_only_the_writer_lays_out_prompts_and_completions():
                     if named:
                         found.append((path.relative_to(root).as_posix(), sorted(named)))
     assert found == [
-        ("agent/events.py", ["prompt_ids"]),
+        ("agent/events.py", ["prompt_added", "prompt_parent", "prompt_shared"]),
         ("agent/events.py", ["completion_ids", "completion_logprobs"]),
     ]

@@ -20,15 +20,22 @@ import pytest
 from rlcycle.gateway import GatewayConfig, start
 from rlcycle.harness.render import ChatRenderer
 from rlcycle.policy.registry import Entry, Registry
+from rlcycle.prompts import events_with_full_prompts
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
 
 
 def read_events(log_dir: Path) -> list[dict]:
+    """The log's events as written (completions in the delta layout: no `prompt_ids`)."""
     out = []
     for f in sorted(Path(log_dir).glob("*.jsonl")):
         out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     return out
+
+
+def read_full_events(log_dir: Path) -> list[dict]:
+    """The log's events with every completion's whole prompt rebuilt as `prompt_ids`."""
+    return events_with_full_prompts(read_events(log_dir))
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +71,8 @@ def _client(running, **kw) -> openai.OpenAI:
 
 def _events_of(running, sample_id: str) -> list[dict]:
     running.gateway.log.flush()
-    return [e for e in read_events(running.gateway.config.log_dir) if e.get("sample_id") == sample_id]
+    # whole prompts rebuilt over the whole log first: a prompt's parent is another sample's event
+    return [e for e in read_full_events(running.gateway.config.log_dir) if e.get("sample_id") == sample_id]
 
 
 def test_plain_completion_is_logged_with_exact_ids(gateway, world):
@@ -296,6 +304,13 @@ def test_tool_calls_are_parsed_and_invalid_ones_stay_text(upstream_gateway, worl
     [result] = [e for e in evs if e["type"] == "tool_result"]
     assert result["status"] == "invalid" and result["call_id"] == comp["tool_calls"][0]["call_id"]
     assert "unknown_tool" in result["error"] and comp["turn"] == 1 and comp["episode_id"] == "tools-1-e0"
+    # stored once: the second prompt is logged against the first sample it continues
+    [raw_comp] = [
+        e
+        for e in read_events(upstream_gateway.gateway.config.log_dir)
+        if e.get("sample_id") == comp["sample_id"] and e["type"] == "completion"
+    ]
+    assert "prompt_ids" not in raw_comp and raw_comp["prompt_parent"] == ev1["sample_id"]
     # token-exact multi-turn: the second prompt repeats the first prompt and the sampled ids
     assert (
         comp["prompt_ids"][: len(ev1["prompt_ids"]) + len(ev1["completion_ids"])]

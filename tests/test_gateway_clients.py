@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from rlcycle.policy.base import Generation
-from tests.test_gateway import _start, read_events, world  # noqa: F401  (fixture)
+from tests.test_gateway import _start, read_full_events, world  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -162,7 +162,7 @@ def _check_and_train(cli, running, tmp_path: Path, expect_turns: int, world) -> 
     """Every request answered once, one session and episode, then collect -> distill -> train."""
     running.gateway.log.flush()
     logs = Path(running.gateway.config.log_dir)
-    comps = [e for e in read_events(logs) if e["type"] == "completion"]
+    comps = [e for e in read_full_events(logs) if e["type"] == "completion"]
     assert running.gateway.requests == len(comps) and not running.gateway.refused, running.gateway.refused_fields
     assert max(Counter(e["sample_id"] for e in comps).values()) == 1
     assert len({e["session_id"] for e in comps}) == 1 and len({e["episode_id"] for e in comps}) == 1, [

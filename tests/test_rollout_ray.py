@@ -13,9 +13,10 @@ import signal
 
 import pytest
 from optional import require, two_node_ray
-from test_runner import make_suite, scrub
+from test_runner import make_suite, scrub, without_delta
 
 from rlcycle.agent.runner import RunnerConfig
+from rlcycle.prompts import events_with_full_prompts
 from rlcycle.rollout import PolicySpec, RolloutConfig, open_executor
 from rlcycle.sandbox.cleanup import list_leftovers
 from rlcycle.simulate import SimulateConfig, run
@@ -44,10 +45,11 @@ def rows(results):
 
 
 def stable(events):
-    # Prompts after a run_tests call hold pytest's own duration ("1 passed in 0.03s").
+    # Prompts after a run_tests call hold pytest's own duration ("1 passed in 0.03s"): whole
+    # prompts (rebuilt from the delta layout) are compared at turn 0 only.
     return sorted(
         json.dumps({k: v for k, v in e.items() if k != "prompt_ids" or e["turn"] == 0}, sort_keys=True)
-        for e in scrub(events)
+        for e in without_delta(scrub(events_with_full_prompts(events)))
     )
 
 

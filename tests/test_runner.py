@@ -15,6 +15,7 @@ from rlcycle.agent.user import ANNOYED, SATISFIED
 from rlcycle.harness import ChatRenderer, initial_messages
 from rlcycle.policy.base import Generation
 from rlcycle.policy.scripted import DoNothingPolicy, ReferencePolicy, ReplayPolicy, load_tokenizer
+from rlcycle.prompts import DELTA_COLUMNS, events_with_full_prompts
 from rlcycle.tasks import Task, load_suite, write_task
 
 pytestmark = pytest.mark.docker
@@ -67,6 +68,11 @@ def scrub(events: list[dict]) -> list[dict]:
     from an edit to its outcome)."""
     measured = ("ts", "latency_ms", "duration_ms", "observed_after_s")
     return [{k: v for k, v in e.items() if k not in measured} for e in events]
+
+
+def without_delta(events: list[dict]) -> list[dict]:
+    """Events without the delta layout's keys (once `prompt_ids` holds the whole prompt)."""
+    return [{k: v for k, v in e.items() if k not in DELTA_COLUMNS} for e in events]
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +203,15 @@ def test_a_replayed_trajectory_gives_exactly_the_expected_events(tok, suite, poo
             "lines_surviving": 1,
         },
     ]
-    assert scrub(r.events) == expected_events(tok, task, session, f"s0-{task.id}-a0") + late
+    # Compared on whole prompts, rebuilt from the delta layout the runner logs (each completion
+    # stored against the session's previous sample).
+    comps = [e for e in r.events if e["type"] == "completion"]
+    assert all("prompt_ids" not in e for e in comps)
+    assert [e["prompt_parent"] for e in comps] == [None] + [e["sample_id"] for e in comps[:-1]]
+    assert (
+        without_delta(scrub(events_with_full_prompts(r.events)))
+        == expected_events(tok, task, session, f"s0-{task.id}-a0") + late
+    )
     delay = r.events[-1]["observed_after_s"]
     # Time: RFC 3339, never backwards within the session; the outcome comes hours later.
     ts = [parse_time_ms(e["ts"]) for e in r.events]
@@ -273,10 +287,10 @@ def test_limits_end_the_session(tok, suite, pool):
     # ... or the runner knows the limit first, and the model is never asked.
     # (the limit: the first prompt plus room for about one more turn, whatever the prompt's size)
     [r] = run_episodes(reader, "loop", task, pool, RunnerConfig(max_turns=1))
-    limit = len(next(e for e in r.events if e["type"] == "completion")["prompt_ids"]) + 150
+    limit = len(next(e for e in events_with_full_prompts(r.events) if e["type"] == "completion")["prompt_ids"]) + 150
     [r] = run_episodes(reader, "loop", task, pool, RunnerConfig(max_prompt_tokens=limit))
     assert (r.end_reason, r.status) == ("max_tokens", "fail") and 1 <= r.turns < 10
-    assert len([e for e in r.events if e["type"] == "completion"][-1]["prompt_ids"]) < limit
+    assert len([e for e in events_with_full_prompts(r.events) if e["type"] == "completion"][-1]["prompt_ids"]) < limit
 
 
 def test_calls_after_a_terminal_call_are_not_run(tok, suite, pool):

@@ -16,6 +16,7 @@ from test_runner import make_suite, scrub
 
 from rlcycle.agent.runner import RunnerConfig
 from rlcycle.agent.user import UserConfig
+from rlcycle.prompts import DELTA_COLUMNS, events_with_full_prompts, with_full_prompts
 from rlcycle.simulate import SimulateConfig, run
 
 
@@ -27,7 +28,13 @@ def suite_dir(tmp_path_factory):
 
 
 def read_events(path) -> list[dict]:
+    """The events as written (completions in the delta layout: no `prompt_ids`)."""
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def read_full_events(path) -> list[dict]:
+    """The events with every completion's whole prompt rebuilt as `prompt_ids`."""
+    return events_with_full_prompts(read_events(path))
 
 
 def test_simulate_has_help(cli):
@@ -90,8 +97,12 @@ def test_reference_via_cli_json_summary_files_and_determinism(cli, suite_dir, tm
     again = tmp_path / "again.jsonl"
     assert cli(args + [again]).exit_code == 0
 
-    def stable(evs):
-        return [{k: v for k, v in e.items() if k != "prompt_ids" or e["turn"] == 0} for e in scrub(evs)]
+    def stable(evs):  # whole prompts compared (turn 0 only); how each is stored against its parent is not
+        full = events_with_full_prompts(evs)
+        return [
+            {k: v for k, v in e.items() if k not in DELTA_COLUMNS and (k != "prompt_ids" or e["turn"] == 0)}
+            for e in scrub(full)
+        ]
 
     assert stable(read_events(again)) == stable(events)
     # ... and collect reads the directory (its config sidecar skipped and counted) without a complaint.
@@ -123,7 +134,7 @@ def test_tiny_random_model_round_trip_through_collect(cli, suite_dir, tmp_path, 
     result = run(config, str(model), suite_dir, out, quiet=True)
     assert result.policy.startswith("sha256:") and result.episodes == 3 and result.errors == 0
     assert result.passed == 0 and result.mean_latency_ms > 0
-    events = read_events(out)
+    events = read_full_events(out)
     completions = [e for e in events if e["type"] == "completion"]
     assert len(completions) == result.samples >= 3
     for e in completions:
@@ -147,7 +158,7 @@ def test_tiny_random_model_round_trip_through_collect(cli, suite_dir, tmp_path, 
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
     assert (got["samples_out"], got["quarantined"]) == (len(completions), 0)
-    df = pl.read_ipc(traj).sort("sample_id")
+    df = pl.from_arrow(with_full_prompts(traj)).sort("sample_id")
     want = sorted(completions, key=lambda e: e["sample_id"])
     assert df["completion_ids"].to_list() == [e["completion_ids"] for e in want]
     assert df["prompt_ids"].to_list() == [e["prompt_ids"] for e in want]

@@ -26,6 +26,7 @@ from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 from rlcycle.policy.http import HTTPPolicy
 from rlcycle.policy.registry import checkpoint_id
 from rlcycle.policy.served import adapter_name
+from rlcycle.prompts import events_with_full_prompts
 
 require("peft")
 
@@ -102,12 +103,14 @@ def _chat(url: str, seed: int) -> dict:
 
 
 def _event(running, sample_id: str) -> dict:
+    """The sample's first event, a completion's whole prompt rebuilt as `prompt_ids`."""
     running.gateway.log.flush()
+    events = []
     for f in sorted(Path(running.gateway.config.log_dir).glob("*.jsonl")):
-        for line in f.read_text().splitlines():
-            ev = json.loads(line)
-            if ev.get("sample_id") == sample_id:
-                return ev
+        events += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    for ev in events_with_full_prompts(events):
+        if ev.get("sample_id") == sample_id:
+            return ev
     raise AssertionError(f"no event for {sample_id}")
 
 

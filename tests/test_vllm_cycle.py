@@ -21,6 +21,7 @@ from rlcycle.evaluation.stage import STAGE as EVAL
 from rlcycle.policy.hf import HFPolicy, HFPolicyConfig
 from rlcycle.policy.registry import Registry, checkpoint_id
 from rlcycle.policy.served import adapter_name
+from rlcycle.prompts import events_with_full_prompts
 from rlcycle.resources import tasks
 from rlcycle.simulate.stage import STAGE as SIMULATE
 from rlcycle.stage import RunLayout
@@ -65,7 +66,8 @@ def test_serving_url_needs_a_lora_train_and_a_url(cli):
 
 
 def _events(layout: RunLayout) -> list[dict]:
-    return [json.loads(line) for line in layout.file("events").read_text().splitlines()]
+    """The run's events, every completion's whole prompt rebuilt as `prompt_ids`."""
+    return events_with_full_prompts([json.loads(line) for line in layout.file("events").read_text().splitlines()])
 
 
 def _samples(events: list[dict]) -> list[dict]:

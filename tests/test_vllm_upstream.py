@@ -38,6 +38,7 @@ from train_data import make_rows, write_examples
 from rlcycle.gateway.engine import session_bucket
 from rlcycle.policy.registry import checkpoint_id
 from rlcycle.policy.served import adapter_name
+from rlcycle.prompts import events_with_full_prompts
 
 require("peft")
 pytestmark = pytest.mark.slow
@@ -155,13 +156,11 @@ class Load:
 
 
 def _completions(logs: Path) -> list[dict]:
-    out = []
+    """The log's completion events, each with its whole prompt rebuilt as `prompt_ids`."""
+    events = []
     for f in sorted(logs.glob("*.jsonl")):
-        for line in f.read_text().splitlines():
-            if line.strip():
-                ev = json.loads(line)
-                out += [ev] if ev.get("type") == "completion" else []
-    return out
+        events += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return [ev for ev in events_with_full_prompts(events) if ev.get("type") == "completion"]
 
 
 def _ask(url: str, session: str) -> tuple[int, dict, str]:
