@@ -26,13 +26,13 @@ sum over turns of t x turn-tokens tokens each.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+import benchkit
 import numpy as np
 import pyarrow as pa
 
@@ -179,7 +179,7 @@ def time_steps(path: Path, base: Path, mode: str, turns: int, steps: int, work: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = benchkit.parser(__doc__.split("\n\n")[0], runs=1, runs_help="timed train runs per mode (with --time-steps)")
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--turns", type=int, default=60)
     ap.add_argument("--turn-tokens", type=int, default=1000, help="tokens each turn adds (completion + tool output)")
@@ -188,7 +188,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-steps", type=int, default=0, help="real optimizer steps to time per mode (0: none)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     modes = a.modes.split(",")
     work = Path(tempfile.mkdtemp(prefix="bench_segments-"))
@@ -198,7 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         out = {"shape": shape, "plan": {m: plan(path, m, a.turns) for m in modes}}
         if a.time_steps > 0:
             base = make_base(work / "base")
-            out["timed"] = {m: time_steps(path, base, m, a.turns, a.time_steps, work) for m in modes}
+            out["timed"] = {}
+            for m in modes:  # --runs timed runs; the median of their per-run median s/step
+                runs = [time_steps(path, base, m, a.turns, a.time_steps, work) for _ in range(a.runs)]
+                out["timed"][m] = {
+                    **runs[-1],
+                    "seconds_per_step": float(np.median([r["seconds_per_step"] for r in runs])),
+                }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if a.json:

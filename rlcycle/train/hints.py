@@ -220,10 +220,14 @@ def prepare(ex, hints: list[str | None] | None, splicer: Splicer, n: int) -> Hin
 # --- the teacher pass ----------------------------------------------------------------------------
 
 
-def batch_rows(lines) -> list[int]:
-    """The example rows of one forward pass in the order collate flattens them (data.collate)."""
+def batch_rows(lines, ex=None) -> list[int]:
+    """The example rows of one forward pass in the order collate flattens their completions
+    (data.collate): a segment's sequence (its last row) scores every member, in order."""
     rows = getattr(lines, "rows", None)  # a SharedPass
-    return list(rows) if rows is not None else [r for line in lines for r in line]
+    rows = list(rows) if rows is not None else [r for line in lines for r in line]
+    if ex is None or getattr(ex, "segments", None) is None:
+        return rows
+    return [m for r in rows for m in ex.members(r)]
 
 
 def teacher_logprobs(model, ex, hr: HintRows, rows: list[int], device) -> tuple[torch.Tensor, torch.Tensor] | None:

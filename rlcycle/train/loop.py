@@ -304,7 +304,7 @@ class Trainer:
         model = self.ref if teacher == "behavior" else self.acc.unwrap_model(self.model)
         adapter_off = model.disable_adapter() if teacher == "base" else contextlib.nullcontext()
         with adapter_off, self.acc.autocast():
-            return H.teacher_logprobs(model, self.ex, self.hint_rows, H.batch_rows(lines), self.acc.device)
+            return H.teacher_logprobs(model, self.ex, self.hint_rows, H.batch_rows(lines, self.ex), self.acc.device)
 
     def _token_batch(self, batch: D.Batch, lines=None) -> L.TokenBatch:
         dev = self.acc.device
