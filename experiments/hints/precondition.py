@@ -1,9 +1,10 @@
 """The precondition of hinted self-distillation (issue 37 item 4; docs/hints.md): does the start
 model pass more often on a second attempt *with* the user's hint in its context than without it?
 
-    python experiments/hints/precondition.py --policy http://127.0.0.1:8311 \\
-        --tasks runs/smol_tasks/traffic --sessions 64 --seed 0 --out runs/hints_pre_s0 \\
+    python experiments/hints/precondition.py --policy http://127.0.0.1:8311 --tokenizer runs/smol2/start \\
+        --tasks runs/smol2/traffic --sessions 64 --seed 0 --out runs/hints_pre_s0 \\
         --config experiments/closed_loop/smollm2.toml
+    bash experiments/hints/run_precondition.sh     # the same on SmolLM2's start, from nothing
     python experiments/hints/precondition.py --policy runs/demo/policy --tasks sample_data/tasks \\
         --sessions 4 --out runs/hints_pre_dry                  # a tiny dry run (the tiny model)
 
@@ -59,6 +60,7 @@ from rlcycle.tasks import load_suite
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", required=True, help="The start model: a checkpoint dir, alias or an OpenAI URL.")
+    ap.add_argument("--tokenizer", help="Tokenizer directory prompts are rendered with (needed for an http policy).")
     ap.add_argument("--tasks", required=True, help="The traffic task suite.")
     ap.add_argument("--sessions", type=int, default=64, help="First-attempt sessions.")
     ap.add_argument("--attempts", type=int, default=1, help="Second attempts per pair and arm.")
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = ap.parse_args(argv)
     config = simulate_config(args.config, args.underspecified)
+    if args.tokenizer:
+        config = dataclasses.replace(config, policy=dataclasses.replace(config.policy, tokenizer=args.tokenizer))
     tasks = {t.id: t for t in load_suite(args.tasks)}
     first = run_sessions(config, args.policy, list(tasks.values()), args.sessions, args.seed, simulate_user=True)
     pairs = hint_pairs(first, tasks, config, args.seed, args.min_words)
