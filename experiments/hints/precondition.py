@@ -28,7 +28,8 @@ Read top to bottom, the program does this:
      change the model or the hints, not the training knobs.
 
 Output: the report on stdout (`--json`: one JSON object), progress on stderr, and
-OUT/precondition.json with every pair (task, first message, hint, passes per arm).
+OUT/precondition.json with every pair (task, first message, hint, passes per arm) and every first
+attempt (`first_attempt_rows`: status, end reason, follow-up, whether it is a hint).
 The SmolLM2 runs are the lead's to make on a quiet machine (docs/hints.md, "The experiment").
 """
 
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     tasks = {t.id: t for t in load_suite(args.tasks)}
     first = run_sessions(config, args.policy, list(tasks.values()), args.sessions, args.seed, simulate_user=True)
     pairs = hint_pairs(first, tasks, config, args.seed, args.min_words)
-    say(f"precondition: {len(pairs)} pair(s) from {len(first)} first attempts")
+    firsts = first_attempts(first, args.min_words)
+    say(f"precondition: {len(pairs)} pair(s) from {len(first)} first attempts ({first_counts(firsts)})")
     if pairs:
         without = [dataclasses.replace(p["task"], id=p["id"], instruction=p["first"]) for p in pairs]
         with_hint = [
@@ -89,11 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         r1 = run_sessions(config, args.policy, with_hint, n, second, simulate_user=False)
         attach(pairs, r0, "without")
         attach(pairs, r1, "with")
-    report = summarize(pairs, len(first))
+    report = {**summarize(pairs, len(first)), "first_attempt_counts": first_counts(firsts)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = [{k: v for k, v in p.items() if k != "task"} for p in pairs]
-    (out / "precondition.json").write_text(json.dumps({**report, "pairs": rows}, indent=2) + "\n")
+    doc = {**report, "pairs": rows, "first_attempt_rows": firsts}
+    (out / "precondition.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
@@ -160,6 +163,39 @@ def hint_pairs(results: list, tasks: dict, config: SimulateConfig, seed: int, mi
             }
         )
     return pairs
+
+
+def first_attempts(results: list, min_words: int) -> list[dict[str, Any]]:
+    """Every first attempt: its outcome, its follow-up and whether that follow-up is a hint."""
+    rows = []
+    for r in results:
+        texts = [e["text"] for e in r.events if e.get("type") == "user_message" and e.get("text")]
+        hint = texts[-1] if texts else None
+        rows.append(
+            {
+                "task_id": r.task_id,
+                "attempt": r.attempt,
+                "status": r.status,
+                "end_reason": r.end_reason,
+                "grade_reason": r.grade_reason,
+                "edited": r.edited,
+                "followup": hint,
+                "informative": hint is not None and informative_text(hint, min_words),
+            }
+        )
+    return rows
+
+
+def first_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """pass / fail / error counts, and the failures whose follow-up says something (the pairs)."""
+    fails = [r for r in rows if r["status"] == "fail"]
+    return {
+        "pass": sum(r["status"] == "pass" for r in rows),
+        "fail": len(fails),
+        "error": sum(r["status"] == "error" for r in rows),
+        "fail_with_followup": sum(r["followup"] is not None for r in fails),
+        "fail_informative": sum(r["informative"] for r in fails),
+    }
 
 
 def informative_text(text: str, min_words: int) -> bool:
