@@ -47,6 +47,7 @@ if __package__ in (None, ""):  # run as a file: the checkout root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rlcycle import stats
+from rlcycle.agent.feedback import informative_followup
 from rlcycle.agent.runner import derive_seed, run_id_for
 from rlcycle.agent.user import SimulatedUser
 from rlcycle.config import load_toml, resolve
@@ -67,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attempts", type=int, default=1, help="Second attempts per pair and arm.")
     ap.add_argument("--underspecified", type=float, default=0.5, help="Share of first messages cut to the brief.")
     ap.add_argument("--min-words", type=int, default=3, help="distill's hints.min_words.")
+    ap.add_argument(
+        "--symptom-when-unchanged",
+        action="store_true",
+        help="Exploratory, not the issue's user: a failed first attempt that changed nothing gets the symptom "
+        "its untouched code shows (the hidden tests' first failure on the task's repo, as the informative "
+        "user words it) instead of the canned 'you didn't change anything?'.",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config", help="A TOML with a [cycle.simulate] or [simulate] table (runner, sandboxes).")
     ap.add_argument("--out", required=True, help="Where precondition.json goes.")
@@ -77,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         config = dataclasses.replace(config, policy=dataclasses.replace(config.policy, tokenizer=args.tokenizer))
     tasks = {t.id: t for t in load_suite(args.tasks)}
     first = run_sessions(config, args.policy, list(tasks.values()), args.sessions, args.seed, simulate_user=True)
-    pairs = hint_pairs(first, tasks, config, args.seed, args.min_words)
-    firsts = first_attempts(first, args.min_words)
+    symptoms = untouched_symptoms(list(tasks.values()), config.sandboxes) if args.symptom_when_unchanged else {}
+    pairs = hint_pairs(first, tasks, config, args.seed, args.min_words, symptoms)
+    firsts = first_attempts(first, args.min_words, symptoms)
     say(f"precondition: {len(pairs)} pair(s) from {len(first)} first attempts ({first_counts(firsts)})")
     if pairs:
         without = [dataclasses.replace(p["task"], id=p["id"], instruction=p["first"]) for p in pairs]
@@ -138,15 +147,40 @@ def run_sessions(config: SimulateConfig, policy: str, tasks: list, n: int, seed:
         opened.close()
 
 
-def hint_pairs(results: list, tasks: dict, config: SimulateConfig, seed: int, min_words: int) -> list[dict[str, Any]]:
+def untouched_symptoms(tasks: list, sandboxes: int) -> dict[str, str]:
+    """Per task, what its untouched repo shows a user (rlcycle.agent.feedback.failure_detail of the
+    hidden tests' do-nothing run), for --symptom-when-unchanged; tasks with no symptom are left out."""
+    from rlcycle.agent.feedback import failure_detail
+    from rlcycle.sandbox import SandboxPool
+    from rlcycle.tasks import check_suite
+
+    size = max(1, min(sandboxes, len(tasks)))
+    with SandboxPool(size=size) as pool:
+        checks = check_suite(tasks, pool, workers=size)
+    details = {c.task_id: failure_detail(c.noop.output) for c in checks}
+    say(f"precondition: a symptom on untouched code for {sum(bool(d) for d in details.values())}/{len(tasks)} task(s)")
+    return {k: v for k, v in details.items() if v}
+
+
+def followup_of(r: Any, symptoms: dict[str, str]) -> str | None:
+    """The session's follow-up (its last user message); with `symptoms`, a failure that changed
+    nothing gets its task's symptom in the informative user's words (template by attempt)."""
+    if symptoms and r.status == "fail" and not r.edited and r.task_id in symptoms:
+        return informative_followup(symptoms[r.task_id], r.attempt)
+    texts = [e["text"] for e in r.events if e.get("type") == "user_message" and e.get("text")]
+    return texts[-1] if texts else None
+
+
+def hint_pairs(
+    results: list, tasks: dict, config: SimulateConfig, seed: int, min_words: int, symptoms: dict[str, str]
+) -> list[dict[str, Any]]:
     """One pair per failed first attempt whose follow-up says something (distill's rule)."""
     user = SimulatedUser(config.user)
     pairs = []
     for r in results:
         if r.status != "fail":
             continue
-        texts = [e["text"] for e in r.events if e.get("type") == "user_message" and e.get("text")]
-        hint = texts[-1] if texts else None
+        hint = followup_of(r, symptoms)
         if hint is None or not informative_text(hint, min_words):
             continue
         task = tasks[r.task_id]
@@ -165,12 +199,11 @@ def hint_pairs(results: list, tasks: dict, config: SimulateConfig, seed: int, mi
     return pairs
 
 
-def first_attempts(results: list, min_words: int) -> list[dict[str, Any]]:
+def first_attempts(results: list, min_words: int, symptoms: dict[str, str]) -> list[dict[str, Any]]:
     """Every first attempt: its outcome, its follow-up and whether that follow-up is a hint."""
     rows = []
     for r in results:
-        texts = [e["text"] for e in r.events if e.get("type") == "user_message" and e.get("text")]
-        hint = texts[-1] if texts else None
+        hint = followup_of(r, symptoms)
         rows.append(
             {
                 "task_id": r.task_id,

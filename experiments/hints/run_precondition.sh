@@ -13,6 +13,7 @@
 #
 # Arguments: SEED (0: precondition.py's --seed) and OUT (runs/hints_pre_s$SEED). Environment:
 # SESSIONS (64 first attempts), UNDERSPECIFIED (0.5), ATTEMPTS (1 second attempt per pair and arm),
+# EXTRA (more precondition.py flags, e.g. EXTRA=--symptom-when-unchanged, the exploratory hints),
 # and the experiment's PORT (8311), DTYPE (float32), WARM_STEPS (12), SMOL_DIR (runs/smol2).
 # Needs what scripts/smollm2_experiment.sh step 0 installs: .venv, .venv-vllm, Docker and the
 # sandbox image (this script installs nothing).
@@ -71,5 +72,5 @@ log "vLLM at $URL"
 start_s=$SECONDS
 "$PY" experiments/hints/precondition.py --policy "$URL" --tokenizer "$START" --tasks "$W/traffic" \
   --sessions "$SESSIONS" --underspecified "$UNDERSPECIFIED" --attempts "$ATTEMPTS" --seed "$SEED" \
-  --out "$OUT" --config experiments/closed_loop/smollm2.toml | tee "$OUT/report.txt"
+  --out "$OUT" --config experiments/closed_loop/smollm2.toml ${EXTRA:-} | tee "$OUT/report.txt"
 log "precondition took $((SECONDS - start_s)) s; $OUT/precondition.json"
