@@ -1,9 +1,10 @@
 """The precondition of hinted self-distillation (issue 37 item 4; docs/hints.md): does the start
 model pass more often on a second attempt *with* the user's hint in its context than without it?
 
-    python experiments/hints/precondition.py --policy http://127.0.0.1:8311 \\
-        --tasks runs/smol_tasks/traffic --sessions 64 --seed 0 --out runs/hints_pre_s0 \\
+    python experiments/hints/precondition.py --policy http://127.0.0.1:8311 --tokenizer runs/smol2/start \\
+        --tasks runs/smol2/traffic --sessions 64 --seed 0 --out runs/hints_pre_s0 \\
         --config experiments/closed_loop/smollm2.toml
+    bash experiments/hints/run_precondition.sh     # the same on SmolLM2's start, from nothing
     python experiments/hints/precondition.py --policy runs/demo/policy --tasks sample_data/tasks \\
         --sessions 4 --out runs/hints_pre_dry                  # a tiny dry run (the tiny model)
 
@@ -27,7 +28,8 @@ Read top to bottom, the program does this:
      change the model or the hints, not the training knobs.
 
 Output: the report on stdout (`--json`: one JSON object), progress on stderr, and
-OUT/precondition.json with every pair (task, first message, hint, passes per arm).
+OUT/precondition.json with every pair (task, first message, hint, passes per arm) and every first
+attempt (`first_attempt_rows`: status, end reason, follow-up, whether it is a hint).
 The SmolLM2 runs are the lead's to make on a quiet machine (docs/hints.md, "The experiment").
 """
 
@@ -45,6 +47,7 @@ if __package__ in (None, ""):  # run as a file: the checkout root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rlcycle import stats
+from rlcycle.agent.feedback import informative_followup
 from rlcycle.agent.runner import derive_seed, run_id_for
 from rlcycle.agent.user import SimulatedUser
 from rlcycle.config import load_toml, resolve
@@ -59,21 +62,33 @@ from rlcycle.tasks import load_suite
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", required=True, help="The start model: a checkpoint dir, alias or an OpenAI URL.")
+    ap.add_argument("--tokenizer", help="Tokenizer directory prompts are rendered with (needed for an http policy).")
     ap.add_argument("--tasks", required=True, help="The traffic task suite.")
     ap.add_argument("--sessions", type=int, default=64, help="First-attempt sessions.")
     ap.add_argument("--attempts", type=int, default=1, help="Second attempts per pair and arm.")
     ap.add_argument("--underspecified", type=float, default=0.5, help="Share of first messages cut to the brief.")
     ap.add_argument("--min-words", type=int, default=3, help="distill's hints.min_words.")
+    ap.add_argument(
+        "--symptom-when-unchanged",
+        action="store_true",
+        help="Exploratory, not the issue's user: a failed first attempt that changed nothing gets the symptom "
+        "its untouched code shows (the hidden tests' first failure on the task's repo, as the informative "
+        "user words it) instead of the canned 'you didn't change anything?'.",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config", help="A TOML with a [cycle.simulate] or [simulate] table (runner, sandboxes).")
     ap.add_argument("--out", required=True, help="Where precondition.json goes.")
     ap.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = ap.parse_args(argv)
     config = simulate_config(args.config, args.underspecified)
+    if args.tokenizer:
+        config = dataclasses.replace(config, policy=dataclasses.replace(config.policy, tokenizer=args.tokenizer))
     tasks = {t.id: t for t in load_suite(args.tasks)}
     first = run_sessions(config, args.policy, list(tasks.values()), args.sessions, args.seed, simulate_user=True)
-    pairs = hint_pairs(first, tasks, config, args.seed, args.min_words)
-    say(f"precondition: {len(pairs)} pair(s) from {len(first)} first attempts")
+    symptoms = untouched_symptoms(list(tasks.values()), config.sandboxes) if args.symptom_when_unchanged else {}
+    pairs = hint_pairs(first, tasks, config, args.seed, args.min_words, symptoms)
+    firsts = first_attempts(first, args.min_words, symptoms)
+    say(f"precondition: {len(pairs)} pair(s) from {len(first)} first attempts ({first_counts(firsts)})")
     if pairs:
         without = [dataclasses.replace(p["task"], id=p["id"], instruction=p["first"]) for p in pairs]
         with_hint = [
@@ -85,11 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         r1 = run_sessions(config, args.policy, with_hint, n, second, simulate_user=False)
         attach(pairs, r0, "without")
         attach(pairs, r1, "with")
-    report = summarize(pairs, len(first))
+    report = {**summarize(pairs, len(first)), "first_attempt_counts": first_counts(firsts)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = [{k: v for k, v in p.items() if k != "task"} for p in pairs]
-    (out / "precondition.json").write_text(json.dumps({**report, "pairs": rows}, indent=2) + "\n")
+    doc = {**report, "pairs": rows, "first_attempt_rows": firsts}
+    (out / "precondition.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
@@ -131,15 +147,40 @@ def run_sessions(config: SimulateConfig, policy: str, tasks: list, n: int, seed:
         opened.close()
 
 
-def hint_pairs(results: list, tasks: dict, config: SimulateConfig, seed: int, min_words: int) -> list[dict[str, Any]]:
+def untouched_symptoms(tasks: list, sandboxes: int) -> dict[str, str]:
+    """Per task, what its untouched repo shows a user (rlcycle.agent.feedback.failure_detail of the
+    hidden tests' do-nothing run), for --symptom-when-unchanged; tasks with no symptom are left out."""
+    from rlcycle.agent.feedback import failure_detail
+    from rlcycle.sandbox import SandboxPool
+    from rlcycle.tasks import check_suite
+
+    size = max(1, min(sandboxes, len(tasks)))
+    with SandboxPool(size=size) as pool:
+        checks = check_suite(tasks, pool, workers=size)
+    details = {c.task_id: failure_detail(c.noop.output) for c in checks}
+    say(f"precondition: a symptom on untouched code for {sum(bool(d) for d in details.values())}/{len(tasks)} task(s)")
+    return {k: v for k, v in details.items() if v}
+
+
+def followup_of(r: Any, symptoms: dict[str, str]) -> str | None:
+    """The session's follow-up (its last user message); with `symptoms`, a failure that changed
+    nothing gets its task's symptom in the informative user's words (template by attempt)."""
+    if symptoms and r.status == "fail" and not r.edited and r.task_id in symptoms:
+        return informative_followup(symptoms[r.task_id], r.attempt)
+    texts = [e["text"] for e in r.events if e.get("type") == "user_message" and e.get("text")]
+    return texts[-1] if texts else None
+
+
+def hint_pairs(
+    results: list, tasks: dict, config: SimulateConfig, seed: int, min_words: int, symptoms: dict[str, str]
+) -> list[dict[str, Any]]:
     """One pair per failed first attempt whose follow-up says something (distill's rule)."""
     user = SimulatedUser(config.user)
     pairs = []
     for r in results:
         if r.status != "fail":
             continue
-        texts = [e["text"] for e in r.events if e.get("type") == "user_message" and e.get("text")]
-        hint = texts[-1] if texts else None
+        hint = followup_of(r, symptoms)
         if hint is None or not informative_text(hint, min_words):
             continue
         task = tasks[r.task_id]
@@ -156,6 +197,38 @@ def hint_pairs(results: list, tasks: dict, config: SimulateConfig, seed: int, mi
             }
         )
     return pairs
+
+
+def first_attempts(results: list, min_words: int, symptoms: dict[str, str]) -> list[dict[str, Any]]:
+    """Every first attempt: its outcome, its follow-up and whether that follow-up is a hint."""
+    rows = []
+    for r in results:
+        hint = followup_of(r, symptoms)
+        rows.append(
+            {
+                "task_id": r.task_id,
+                "attempt": r.attempt,
+                "status": r.status,
+                "end_reason": r.end_reason,
+                "grade_reason": r.grade_reason,
+                "edited": r.edited,
+                "followup": hint,
+                "informative": hint is not None and informative_text(hint, min_words),
+            }
+        )
+    return rows
+
+
+def first_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """pass / fail / error counts, and the failures whose follow-up says something (the pairs)."""
+    fails = [r for r in rows if r["status"] == "fail"]
+    return {
+        "pass": sum(r["status"] == "pass" for r in rows),
+        "fail": len(fails),
+        "error": sum(r["status"] == "error" for r in rows),
+        "fail_with_followup": sum(r["followup"] is not None for r in fails),
+        "fail_informative": sum(r["informative"] for r in fails),
+    }
 
 
 def informative_text(text: str, min_words: int) -> bool:
