@@ -48,28 +48,10 @@ MODES = {
 
 
 def make_base(path: Path) -> Path:
-    """A tiny Qwen2 with 65,536 positions and the sample tokenizer."""
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    """`rlcycle init-model`'s tiny model (its tokenizer's 4,096 ids) with 65,536 positions."""
+    from rlcycle import model_init
 
-    cfg = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=65536,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
-    for f in (REPO / "sample_data" / "tokenizer").iterdir():
-        shutil.copy2(f, path / f.name)
-    return path
+    return Path(model_init.run(model_init.InitModelConfig(seed=0, max_position_embeddings=65536), path).path)
 
 
 def write_log(path: Path, sessions: int, turns: int, system: int, turn_tokens: int, generated: int, seed: int) -> dict:

@@ -192,6 +192,22 @@ def trie_size(seqs: list) -> int:
 # --- train's plan, replayed -------------------------------------------------------------------------
 
 
+POSITIONS = 8192  # the bench's tiny base (make_base): train's max_seq_len from the model
+
+
+def plan_in_subprocess(examples: Path, steps: int, policy_version: str, vocab: int) -> dict:
+    """`train_plan` in a process of its own: loading the examples would grow this process, and a
+    child forked from a big parent reports the parent's size as its peak RSS (Linux ru_maxrss)."""
+    import subprocess
+
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_sessions as b; "
+        f"print(json.dumps(b.train_plan(b.Path({str(examples)!r}), {steps}, {policy_version!r}, {vocab})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
 def train_plan(examples: Path, steps: int, policy_version: str, vocab: int) -> dict:
     """What `rlcycle train` will do with these examples and the bench's settings, from its own
     data module: usable rows (-> the batch size), and per step the tokens scored row by row, the
@@ -202,7 +218,7 @@ def train_plan(examples: Path, steps: int, policy_version: str, vocab: int) -> d
     from rlcycle.train.config import TrainConfig
     from rlcycle.train.prefix import SharedPass
 
-    probe = TrainConfig()
+    probe = TrainConfig(max_seq_len=POSITIONS)  # what train resolves from the base's positions
     ex = D.load_examples([str(examples)], probe, [policy_version], vocab)
     usable = len(ex)
     if usable == 0:
@@ -210,7 +226,7 @@ def train_plan(examples: Path, steps: int, policy_version: str, vocab: int) -> d
     batch = math.ceil(usable / steps)
     if getattr(ex, "prompts", None) is not None:  # the delta layout: train counts its own forward
         return {"usable": usable, "batch_size": batch, "dropped": dict(ex.dropped), "steps": None}
-    config = TrainConfig(batch_size=batch, max_steps=steps)
+    config = TrainConfig(batch_size=batch, max_steps=steps, max_seq_len=POSITIONS)
     schedule = D.Schedule(usable, config)
     m_tokens = D.max_completion_tokens(ex, config)
     seq_len = ex.seq_len
@@ -279,7 +295,7 @@ def run_size(layout: Layout, turns: int, args, root: Path, base: Path, version: 
     }
     for s in stages.values():
         s["ids_per_unique"] = s["ids"] / unique
-    plan = train_plan(ex, args.train_steps, version, vocab)
+    plan = plan_in_subprocess(ex, args.train_steps, version, vocab)
     train_result = None
     if plan["usable"]:
         out = here / "checkpoint"
@@ -524,7 +540,7 @@ def make_base(root: Path) -> tuple[Path, str, int]:
             "-o",
             str(base),
             "--set",
-            "max_position_embeddings=8192",
+            f"max_position_embeddings={POSITIONS}",
             "--force",
             "--json",
         ]
