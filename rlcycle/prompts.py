@@ -57,7 +57,7 @@ def delta(prompt: Sequence[int], parent_context: Sequence[int] | None) -> tuple[
     return shared, p[shared:].tolist()
 
 
-def _lists(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def list_parts(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(values, offsets, valid) of a list<int> column, zero-copy where Arrow allows."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if isinstance(arr, pa.ChunkedArray):  # combine_chunks of an empty column
@@ -153,14 +153,14 @@ def from_table(table: pa.Table, source: str = "<table>") -> Prompts:
     parent's context — anything else is an InputError naming the row (collect quarantines such
     rows, so its outputs never hold one)."""
     n = table.num_rows
-    comp_values, comp_offsets, _ = _lists(table.column("completion_ids"))
+    comp_values, comp_offsets, _ = list_parts(table.column("completion_ids"))
     full = table.column("prompt_ids") if "prompt_ids" in table.column_names else pa.nulls(n, pa.list_(pa.int32()))
-    full_values, full_offsets, full_valid = _lists(full)
+    full_values, full_offsets, full_valid = list_parts(full)
     if not has_delta(table):
         return Prompts(
             np.full(n, -1, np.int64), np.zeros(n, np.int64), full_values, full_offsets, comp_values, comp_offsets
         )
-    add_values, add_offsets, add_valid = _lists(table.column("prompt_added"))
+    add_values, add_offsets, add_valid = list_parts(table.column("prompt_added"))
     shared = table.column("prompt_shared").to_numpy(zero_copy_only=False)
     shared = np.nan_to_num(np.asarray(shared, dtype=np.float64), nan=0).astype(np.int64)
     parent, missing = _parent_rows(table)
@@ -178,7 +178,7 @@ def from_table(table: pa.Table, source: str = "<table>") -> Prompts:
     shared = np.where(use_full | (parent < 0), 0, shared)
     lens = np.where(use_full, np.diff(full_offsets), np.where(add_valid, np.diff(add_offsets), 0))
     starts = np.where(use_full, full_offsets[:-1], add_offsets[:-1])
-    values, offsets = _gather([(full_values, full_offsets), (add_values, add_offsets)], use_full, starts, lens)
+    values, offsets = gather_rows([(full_values, full_offsets), (add_values, add_offsets)], use_full, starts, lens)
     prompts = Prompts(parent, shared, values, offsets, comp_values, comp_offsets)
     _check_refs(prompts, table.column("sample_id"), source)
     return prompts
@@ -207,7 +207,7 @@ def _parent_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return parent, named & (parent < 0)
 
 
-def _gather(sources, use_first: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def gather_rows(sources, use_first: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One flat values/offsets pair from two list columns, row by row (vectorised)."""
     offsets = np.zeros(len(lens) + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlcycle.collect.events import BadRecord
-from rlcycle.prompts import Prompts, _lists, lcp_pairs, segment_starts
+from rlcycle.prompts import Prompts, gather_rows, lcp_pairs, list_parts, segment_starts
 
 
 def canonical(comp: pl.DataFrame, result: Any, bad: list[BadRecord]) -> tuple[pl.DataFrame, Prompts]:
@@ -46,9 +46,9 @@ def canonical(comp: pl.DataFrame, result: Any, bad: list[BadRecord]) -> tuple[pl
     bad.extend(quarantined)  # counted and written by collect's quarantine, like a parse error
     _, prev = _session_order(comp)
     tab = comp.select("prompt_ids", "prompt_added", "completion_ids").to_arrow()
-    full_v, full_o, full_ok = _lists(tab.column("prompt_ids"))
-    add_v, add_o, add_ok = _lists(tab.column("prompt_added"))
-    comp_v, comp_o, _ = _lists(tab.column("completion_ids"))
+    full_v, full_o, full_ok = list_parts(tab.column("prompt_ids"))
+    add_v, add_o, add_ok = list_parts(tab.column("prompt_added"))
+    comp_v, comp_o, _ = list_parts(tab.column("completion_ids"))
     full_len, add_len, comp_len = np.diff(full_o), np.diff(add_o), np.diff(comp_o)
     parent = _parent_index(comp)
     old = full_ok  # the old layout wins where a row carries both
@@ -94,8 +94,9 @@ def canonical(comp: pl.DataFrame, result: Any, bad: list[BadRecord]) -> tuple[pl
     # order (a masked gather would keep every row's text and make the file's bytes order-dependent).
     index = pa.array(parent, mask=parent < 0)
     parent_ids = pl.Series("prompt_parent", comp.get_column("sample_id").to_arrow().take(index))
-    added = pa.ListArray.from_arrays(
-        pa.array(p.added_offsets.astype(np.int32 if len(p.added_values) < 2**31 else np.int64)),
+    large = len(p.added_values) >= 2**31  # list offsets are int32: past that, a large list
+    added = (pa.LargeListArray if large else pa.ListArray).from_arrays(
+        pa.array(p.added_offsets.astype(np.int64 if large else np.int32)),
         pa.array(p.added_values, pa.int32()),
         mask=pa.array(no_prompt),
     )
@@ -138,9 +139,7 @@ def reroot(comp: pl.DataFrame, p: Prompts, kept: np.ndarray) -> pl.DataFrame:
 
 
 def _prompts(parent, shared, sources, use_first, starts, lens, comp_v, comp_o) -> Prompts:
-    from rlcycle.prompts import _gather
-
-    values, offsets = _gather([(sources[0], None), (sources[1], None)], use_first, starts, lens)
+    values, offsets = gather_rows([(sources[0], None), (sources[1], None)], use_first, starts, lens)
     return Prompts(parent.astype(np.int64), shared.astype(np.int64), values, offsets, comp_v, comp_o)
 
 
