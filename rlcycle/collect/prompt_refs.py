@@ -42,15 +42,19 @@ from rlcycle.prompts import Prompts, gather_rows, lcp_pairs, list_parts, segment
 
 def canonical(comp: pl.DataFrame, result: Any, bad: list[BadRecord]) -> tuple[pl.DataFrame, Prompts]:
     """(completions in the delta layout, their resolved prompts); see the module docstring."""
-    comp, quarantined = _drop_bad_refs(comp)
-    bad.extend(quarantined)  # counted and written by collect's quarantine, like a parse error
-    _, prev = _session_order(comp)
+    order = _SessionOrder(comp)
+    parent = _parent_index(comp)
+    dropped, records = _bad_refs(comp, order, parent)
+    bad.extend(records)  # counted and written by collect's quarantine, like a parse error
+    if dropped.any():  # rare: index the rows that are left afresh
+        comp = comp.filter(pl.Series(~dropped))
+        order, parent = _SessionOrder(comp), _parent_index(comp)
+    prev = order.prev
     tab = comp.select("prompt_ids", "prompt_added", "completion_ids").to_arrow()
     full_v, full_o, full_ok = list_parts(tab.column("prompt_ids"))
     add_v, add_o, add_ok = list_parts(tab.column("prompt_added"))
     comp_v, comp_o, _ = list_parts(tab.column("completion_ids"))
     full_len, add_len, comp_len = np.diff(full_o), np.diff(add_o), np.diff(comp_o)
-    parent = _parent_index(comp)
     old = full_ok  # the old layout wins where a row carries both
     parent = np.where(old, -1, parent)
     shared = np.where(old | (parent < 0), 0, comp.get_column("prompt_shared").fill_null(0).to_numpy()).astype(np.int64)
@@ -115,7 +119,7 @@ def reroot(comp: pl.DataFrame, p: Prompts, kept: np.ndarray) -> pl.DataFrame:
     parent was filtered out made a root holding its whole prompt (rebuilt exactly)."""
     keep = np.zeros(len(p), bool)
     keep[kept] = True
-    orphans = np.flatnonzero(keep[kept] & (p.parent[kept] >= 0) & ~keep[np.maximum(p.parent[kept], 0)])
+    orphans = np.flatnonzero((p.parent[kept] >= 0) & ~keep[np.maximum(p.parent[kept], 0)])
     if not orphans.size:
         return comp
     rows = kept[orphans]
@@ -143,23 +147,32 @@ def _prompts(parent, shared, sources, use_first, starts, lens, comp_v, comp_o) -
     return Prompts(parent.astype(np.int64), shared.astype(np.int64), values, offsets, comp_v, comp_o)
 
 
-def _session_order(comp: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(row order by (session, ts, sample_id), each row's previous row of its session or -1)."""
-    n = comp.height
-    srt = comp.select(pl.int_range(n, dtype=pl.Int64).alias("_i"), "session_id", "ts_ms", "sample_id").sort(
-        "session_id", "ts_ms", "sample_id"
-    )
-    order = srt.get_column("_i").to_numpy()
-    same = (srt.get_column("session_id") == srt.get_column("session_id").shift(1)).fill_null(False).to_numpy()
-    prev = np.full(n, -1, np.int64)
-    if n > 1:
-        prev[order[1:]] = np.where(same[1:], order[:-1], -1)
-    return order, prev
+class _SessionOrder:
+    """Rows by (session, ts, sample_id): each row's rank, its session's code, the previous row of
+    its session (-1: the first)."""
+
+    def __init__(self, comp: pl.DataFrame):
+        n = comp.height
+        srt = comp.select(pl.int_range(n, dtype=pl.Int64).alias("_i"), "session_id", "ts_ms", "sample_id").sort(
+            "session_id", "ts_ms", "sample_id"
+        )
+        order = srt.get_column("_i").to_numpy()
+        sessions = srt.get_column("session_id")
+        same = (sessions == sessions.shift(1)).fill_null(False).to_numpy()
+        self.rank = np.empty(n, np.int64)
+        self.rank[order] = np.arange(n)
+        self.session = np.empty(n, np.int64)
+        self.session[order] = np.cumsum(~same)
+        self.prev = np.full(n, -1, np.int64)
+        if n > 1:
+            self.prev[order[1:]] = np.where(same[1:], order[:-1], -1)
 
 
 def _parent_index(comp: pl.DataFrame) -> np.ndarray:
     """Row index of each row's `prompt_parent` in this frame (-1: none or not found)."""
     n = comp.height
+    if comp.get_column("prompt_parent").null_count() == n:  # a log of whole prompts
+        return np.full(n, -1, np.int64)
     ids = comp.select("sample_id", pl.int_range(n, dtype=pl.Int64).alias("_p"))
     got = (
         comp.select(pl.int_range(n, dtype=pl.Int64).alias("_i"), "prompt_parent")
@@ -170,19 +183,27 @@ def _parent_index(comp: pl.DataFrame) -> np.ndarray:
     return got.fill_null(-1).to_numpy()
 
 
-def _drop_bad_refs(comp: pl.DataFrame) -> tuple[pl.DataFrame, list[BadRecord]]:
-    """Rows whose reference is bad, and every row built on one, out (see the module docstring)."""
-    refs = comp.get_column("prompt_ids").is_null() & comp.get_column("prompt_parent").is_not_null()
-    if not refs.any():
-        return comp, []
+BAD_REFS = (
+    "prompt_parent: names no sample of this input",
+    "prompt_parent: names a sample of another session",
+    "prompt_parent: names a later sample (by ts, sample_id)",
+    "prompt_parent: prompt_added is missing",
+    "prompt_parent: prompt_shared is missing",
+    "prompt_shared: outside the parent's context",
+)
+INHERITED = "prompt_parent: built on a quarantined sample"
+
+
+def _bad_refs(comp: pl.DataFrame, order: _SessionOrder, parent: np.ndarray) -> tuple[np.ndarray, list[BadRecord]]:
+    """(rows to drop, their quarantine records): a bad reference, and every row built on one
+    (see the module docstring)."""
     n = comp.height
-    order, _ = _session_order(comp)
-    rank = np.empty(n, np.int64)
-    rank[order] = np.arange(n)
-    parent = np.where(refs.to_numpy(), _parent_index(comp), -1)
-    has = refs.to_numpy()
+    has = (comp.get_column("prompt_ids").is_null() & comp.get_column("prompt_parent").is_not_null()).to_numpy()
+    if not has.any():
+        return np.zeros(n, bool), []
+    parent = np.where(has, parent, -1)
     par = np.maximum(parent, 0)
-    sessions = comp.get_column("session_id").to_numpy()
+    given = parent >= 0
     plen = np.where(
         comp.get_column("prompt_ids").is_not_null().to_numpy(),
         comp.get_column("prompt_ids").list.len().fill_null(0).to_numpy(),
@@ -190,31 +211,21 @@ def _drop_bad_refs(comp: pl.DataFrame) -> tuple[pl.DataFrame, list[BadRecord]]:
         + comp.get_column("prompt_added").list.len().fill_null(0).to_numpy(),
     )
     ctx = plen + comp.get_column("completion_ids").list.len().fill_null(0).to_numpy()
-    shared = comp.get_column("prompt_shared").to_numpy()
-    reason = np.full(n, None, object)
-    checks = [
-        (has & (parent < 0), "prompt_parent: names no sample of this input"),
-        (has & (parent >= 0) & (sessions[par] != sessions), "prompt_parent: names a sample of another session"),
-        (has & (parent >= 0) & (rank[par] >= rank), "prompt_parent: names a later sample (by ts, sample_id)"),
-        (has & comp.get_column("prompt_added").is_null().to_numpy(), "prompt_parent: prompt_added is missing"),
-        (has & comp.get_column("prompt_shared").is_null().to_numpy(), "prompt_parent: prompt_shared is missing"),
-        (
-            has
-            & (parent >= 0)
-            & (
-                (np.nan_to_num(shared.astype(float), nan=0) < 0)
-                | (np.nan_to_num(shared.astype(float), nan=0) > ctx[par])
-            ),
-            "prompt_shared: outside the parent's context",
-        ),
+    shared = comp.get_column("prompt_shared").fill_null(0).to_numpy()
+    checks = [  # in BAD_REFS order: the first that applies names the reason
+        has & ~given,
+        has & given & (order.session[par] != order.session),
+        has & given & (order.rank[par] >= order.rank),
+        has & comp.get_column("prompt_added").is_null().to_numpy(),
+        has & comp.get_column("prompt_shared").is_null().to_numpy(),
+        has & given & ((shared < 0) | (shared > ctx[par])),
     ]
-    for cond, why in checks:
-        reason = np.where((reason == None) & cond, why, reason)  # noqa: E711
-    bad = reason != None  # noqa: E711
+    reason = np.select(checks, np.arange(len(checks)), -1)
+    bad = reason >= 0
     if not bad.any():
-        return comp, []
+        return bad, []
     # Every row built on a bad one is bad too: pointer jumping, log(depth) vectorised steps.
-    up = np.where(has & (parent >= 0), parent, -1)
+    up = parent.copy()
     inherited = bad.copy()
     while True:
         step = inherited | np.where(up >= 0, inherited[np.maximum(up, 0)], False)
@@ -222,21 +233,22 @@ def _drop_bad_refs(comp: pl.DataFrame) -> tuple[pl.DataFrame, list[BadRecord]]:
         if np.array_equal(step, inherited) and np.array_equal(nxt, up):
             break
         inherited, up = step, nxt
-    rows = np.flatnonzero(inherited)
     ids = comp.get_column("sample_id").to_numpy()
+    sessions = comp.get_column("session_id").to_numpy()
     parents = comp.get_column("prompt_parent").to_numpy()
+    raw_shared = comp.get_column("prompt_shared").to_list()
     records = []
-    for i in rows:
-        why = reason[i] if bad[i] else "prompt_parent: built on a quarantined sample"
+    for i in np.flatnonzero(inherited):
+        why = BAD_REFS[reason[i]] if bad[i] else INHERITED
         detail = f"{why} (completion {ids[i]!r} of session {sessions[i]!r}, prompt_parent {parents[i]!r})"
         record = {
             "sample_id": ids[i],
             "session_id": sessions[i],
             "prompt_parent": parents[i],
-            "prompt_shared": shared[i],
+            "prompt_shared": raw_shared[i],
         }
-        records.append(BadRecord(f"{ids[i]}-completion", 0, detail, json.dumps(record, default=_num)))
-    return comp.filter(pl.Series(~inherited)), records
+        records.append(BadRecord(f"{ids[i]}-completion", 0, detail, json.dumps(record)))
+    return inherited, records
 
 
 def _retries(comp: pl.DataFrame, p: Prompts, no_prompt: np.ndarray) -> np.ndarray:
@@ -260,10 +272,6 @@ def _retries(comp: pl.DataFrame, p: Prompts, no_prompt: np.ndarray) -> np.ndarra
     orphans = p.parent[resent]
     out[orphans[~continued[orphans]]] = True
     return out
-
-
-def _num(x: Any) -> Any:
-    return None if x is None or (isinstance(x, float) and np.isnan(x)) else int(x)
 
 
 def count_stored(comp: pl.DataFrame, p: Prompts, result: Any) -> None:
