@@ -11,7 +11,7 @@ under bench_data/):
   nothing, so a slow disk would measure the disk, not the stage.
 Each runs in its own subprocess `--runs` times (default 3), interleaved after one warm-up
 scan; the tables (scripts/benchkit.py) show rows/s, with the ratio distill rows/s / scan
-rows/s (target: >= 0.3), and peak RSS: medians, min and max.
+rows/s (target: >= 0.45, issue 36), and peak RSS: medians, min and max.
 
     .venv/bin/python scripts/bench_distill.py                        # 5M rows, 3 runs each
     .venv/bin/python scripts/bench_distill.py --rows 200000 --runs 1 # a quick look
@@ -264,6 +264,9 @@ def main() -> None:
         scan = checked(scan_cmd)
         assert int(scan.stdout.strip()) == args.rows, scan.stdout
         runs["scan (baseline)"].append(scan)
+        # The previous run's output goes first, outside the timing: renaming onto an existing
+        # 1 GB file frees its pages inside the rename (0.1 s on tmpfs), a cost of the old file.
+        out.unlink(missing_ok=True)
         runs["rlcycle distill"].append(checked(distill_cmd))
         benchkit.progress(
             f"bench_distill: run {k + 1}: scan {scan.seconds:.1f} s, distill {runs['rlcycle distill'][-1].seconds:.1f} s"
@@ -290,7 +293,7 @@ def main() -> None:
         samples={k: [p.rss_mb for p in v] for k, v in runs.items()},
         higher_is_better=False,
     )
-    benchkit.emit(args, "bench_distill", [speed, rss], ["target: distill >= 0.3x the scan's rows/s"], extra)
+    benchkit.emit(args, "bench_distill", [speed, rss], ["target: distill >= 0.45x the scan's rows/s (issue 36)"], extra)
 
 
 if __name__ == "__main__":

@@ -321,6 +321,12 @@ def _episode_facts(s: pl.DataFrame, seg: Segments, table: pa.Table, first: np.nd
             "fb_min": seg.nanmin(feedback),
             "fb_max": seg.nanmax(feedback),
             "followup": _take(table, "followup_text", fu_row),
+            # For the monitors (rlcycle/online.py's episode facts): timed calls, their latency,
+            # invalid calls and completion tokens.
+            "timed": seg.sum(s.get_column("latency_ms").is_not_null().to_numpy(), dtype=np.float64),
+            "latency": seg.sum(_np(s, "latency_ms", 0), dtype=np.float64),
+            "invalid": seg.sum(_np(s, "n_invalid", 0), dtype=np.float64),
+            "tokens": seg.sum(s.get_column("n_tokens").to_numpy(), dtype=np.float64),
         }
     ).with_columns(C("fb_min", "fb_max").fill_nan(None))
     tests_passed = pl.repeat(None, first.size, dtype=pl.Boolean, eager=True).alias("tests_passed")

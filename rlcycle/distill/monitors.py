@@ -62,40 +62,28 @@ ORDER = (
 )
 
 
-def per_version(feats, parts: dict[str, np.ndarray], reward: np.ndarray) -> dict[str, dict[str, Any]]:
-    """Metrics of every policy version, in version order (first sample's time, then name)."""
+def episode_rates(feats) -> dict[str, dict[str, online.Estimate]]:
+    """The rates an online A/B test reads too, per version (rlcycle/online.py): they need only
+    the features, so distill computes them while the rewards are computed."""
+    return online.summarize(_facts(feats, [*feats.versions, "(none)"])).metrics
+
+
+def per_version(
+    feats, parts: dict[str, np.ndarray], reward: np.ndarray, shared: dict | None = None
+) -> dict[str, dict[str, Any]]:
+    """Metrics of every policy version, in version order (first sample's time, then name);
+    `shared`: `episode_rates(feats)` when already computed."""
     names = [*feats.versions, "(none)"]  # code len(versions): no policy_version
     s, e = feats.samples, feats.episodes
     v = C("_v").fill_null(len(names) - 1)
-    inv = C("n_invalid") > 0
-    by_s = (
-        s.select(
-            v,
-            inv.alias("inv"),
-            (C("n_errors") > 0).alias("err"),
-            "latency_ms",
-            "ep_failed",
-            pl.Series("reward", reward),
-            *(pl.Series(f"p_{n}", p) for n, p in parts.items()),
-        )
-        .group_by("_v")
-        .agg(
-            pl.len().alias("samples"),
-            C("inv").mean().alias("invalid_tool_call_rate"),
-            C("err").mean().alias("tool_error_rate"),
-            C("reward").mean().alias("mean_reward"),
-            C("inv").filter(C("ep_failed")).mean().alias("invalid_rate_failed"),
-            C("inv").filter(~C("ep_failed")).mean().alias("invalid_rate_other"),
-            *(C(f"p_{n}").abs().sum().cast(pl.Float64) for n in parts),
-        )
-    )
+    by_s = _sample_rates(s.select(v).to_series().to_numpy(), len(names), s, parts, reward)
     by_e = e.group_by(v).agg(
         first=C("start").min(),
         episodes=pl.len(),
         success_rate=C("success").mean(),
     )
     rows = by_e.join(by_s, on="_v", how="left").sort("first", "_v")
-    shared = online.summarize(_facts(feats, names)).metrics
+    shared = episode_rates(feats) if shared is None else shared
     out: dict[str, dict[str, Any]] = {}
     for row in rows.iter_rows(named=True):
         version = names[row.pop("_v")]
@@ -109,15 +97,37 @@ def per_version(feats, parts: dict[str, np.ndarray], reward: np.ndarray) -> dict
     return out
 
 
+def _sample_rates(code: np.ndarray, n_codes: int, s: pl.DataFrame, parts, reward) -> pl.DataFrame:
+    """Per version code: samples, the sample rates, the mean reward and each part's |mass|
+    (numpy bincounts: a handful of passes over the samples, no grouping)."""
+
+    def total(weights=None) -> np.ndarray:
+        return np.bincount(code, weights, minlength=n_codes)
+
+    def mean(num: np.ndarray, den: np.ndarray) -> pl.Series:  # null where nothing was counted
+        return pl.Series(np.divide(num, den, out=np.zeros(n_codes), where=den > 0)).set(pl.Series(den == 0), None)
+
+    inv = s.get_column("n_invalid").to_numpy() > 0
+    err = s.get_column("n_errors").to_numpy() > 0
+    failed = s.get_column("ep_failed").to_numpy()
+    n, n_failed = total(), total(failed)
+    return pl.DataFrame(
+        {
+            "_v": np.arange(n_codes, dtype=np.uint32),
+            "samples": n.astype(np.int64),
+            "invalid_tool_call_rate": mean(total(inv), n),
+            "tool_error_rate": mean(total(err), n),
+            "mean_reward": mean(total(reward), n),
+            "invalid_rate_failed": mean(total(inv & failed), n_failed),
+            "invalid_rate_other": mean(total(inv & ~failed), n - n_failed),
+            **{f"p_{name}": total(np.abs(p)) for name, p in parts.items()},
+        }
+    ).cast({"_v": s.get_column("_v").dtype})
+
+
 def _facts(feats, names: list[str]) -> pl.DataFrame:
     """distill's episodes as rlcycle.online EPISODE_FACTS (one row per episode)."""
-    per_ep = feats.samples.group_by("_ep").agg(
-        timed=C("latency_ms").count().cast(pl.Float64),
-        latency=C("latency_ms").fill_null(0).sum().cast(pl.Float64),
-        invalid=C("n_invalid").fill_null(0).sum().cast(pl.Float64),
-        tokens=C("n_tokens").sum().cast(pl.Float64),
-    )
-    e = feats.episodes.join(per_ep, on="_ep", how="left")
+    e = feats.episodes  # timed, latency, invalid and tokens are per-episode sums (features.py)
     version = pl.Series(names).gather(e.get_column("_v").fill_null(len(names) - 1))
     episode = C("_ep").cast(pl.String)
     return e.select(

@@ -194,30 +194,46 @@ def run(
         config=asdict(config),
     )
     feats = features.build(table, spec, config)
-    rw = rewards.compute(feats.samples, feats.episodes, table, spec, config.credit)
-    s = feats.samples
-    ep = s.get_column("_ep").to_numpy()
-    groups = advantages.assign(feats.episodes, config.group_keys, config.min_group_size)
-    group = groups.code.astype(np.int32)[ep] if groups.code.size else np.zeros(0, np.int32)
-    no_completion = s.get_column("n_tokens").to_numpy() == 0
-    invalid = s.get_column("n_invalid").to_numpy() > 0
-    discarded = invalid & config.discard_invalid & ~no_completion
-    retried = np.zeros(table.num_rows, bool)
-    if "retried" in table.column_names:
-        retried = table.column("retried").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
-    no_completion = no_completion & ~retried
-    discarded = discarded & ~retried
-    if config.permute_rewards:
-        permute_rewards(rw, ~no_completion, config.permute_seed)
-        result.notes.append(
-            f"permute_rewards: rewards shuffled among {int((~no_completion).sum()):,} samples "
-            f"(seed {config.permute_seed}): a control run, not a training run"
+    # The monitors (monitors.py) read only the features and the rewards: they run in a thread
+    # beside everything else (Arrow, polars and numpy release the GIL).
+    with ThreadPoolExecutor(1) as pool:
+        shared = pool.submit(monitors.episode_rates, feats)
+        rw = rewards.compute(feats.samples, feats.episodes, table, spec, config.credit)
+        s = feats.samples
+        ep = s.get_column("_ep").to_numpy()
+        groups = advantages.assign(feats.episodes, config.group_keys, config.min_group_size)
+        group = groups.code.astype(np.int32)[ep] if groups.code.size else np.zeros(0, np.int32)
+        no_completion = s.get_column("n_tokens").to_numpy() == 0
+        invalid = s.get_column("n_invalid").to_numpy() > 0
+        discarded = invalid & config.discard_invalid & ~no_completion
+        retried = np.zeros(table.num_rows, bool)
+        if "retried" in table.column_names:
+            retried = table.column("retried").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+        no_completion = no_completion & ~retried
+        discarded = discarded & ~retried
+        if config.permute_rewards:
+            permute_rewards(rw, ~no_completion, config.permute_seed)
+            result.notes.append(
+                f"permute_rewards: rewards shuffled among {int((~no_completion).sum()):,} samples "
+                f"(seed {config.permute_seed}): a control run, not a training run"
+            )
+        # One worker: this runs after episode_rates, whose result it takes.
+        monitored = pool.submit(lambda: monitors.per_version(feats, rw.parts, rw.reward, shared.result()))
+        adv = advantages.compute(
+            rw.reward,
+            group,
+            ~no_completion & ~discarded & ~retried,
+            config.normalization,
+            config.std_eps,
+            config.flat_tol,
         )
-    adv = advantages.compute(
-        rw.reward, group, ~no_completion & ~discarded & ~retried, config.normalization, config.std_eps, config.flat_tol
-    )
-    reason = _exclusions(no_completion, discarded, group, adv, invalid, config)
-    reason[retried] = REASONS.index("retried")
+        reason = _exclusions(no_completion, discarded, group, adv, invalid, config)
+        reason[retried] = REASONS.index("retried")
+        columns = _output_columns(spec, rw, groups, group, adv.advantage, reason)
+        hinted = hints.build(table, feats, spec, config.hints)
+        columns["hint"], result.hints = hinted.column, hinted.report
+        _write(table, columns, out, spec, config)
+        result.per_policy_version = monitored.result()
     counts = np.bincount(reason, minlength=len(REASONS))
     result.episodes = feats.episodes.height
     result.included = int(counts[0])
@@ -226,17 +242,10 @@ def run(
     result.signals = _signal_summary(spec, rw, config.credit)
     result.reward = _stats(rw.reward)
     result.advantage = _stats(adv.advantage[reason == 0])
-    columns = _output_columns(spec, rw, groups, group, adv.advantage, reason)
-    hinted = hints.build(table, feats, spec, config.hints)
-    columns["hint"], result.hints = hinted.column, hinted.report
-    with ThreadPoolExecutor(1) as pool:  # the examples file is written while the monitors run
-        written = pool.submit(_write, table, columns, out, spec, config)
-        result.per_policy_version = monitors.per_version(feats, rw.parts, rw.reward)
-        result.version_order = list(result.per_policy_version)
-        result.warnings, result.hacks = monitors.compare(
-            result.per_policy_version, config.monitor_abs, config.monitor_rel, config.monitor_min_episodes
-        )
-        written.result()
+    result.version_order = list(result.per_policy_version)
+    result.warnings, result.hacks = monitors.compare(
+        result.per_policy_version, config.monitor_abs, config.monitor_rel, config.monitor_min_episodes
+    )
     result.notes = result.notes + feats.notes + rw.notes
     result.seconds = time.monotonic() - started
     rio.atomic_write_text(result.report, json.dumps(result.as_dict(), indent=2, sort_keys=False, default=str) + "\n")
