@@ -208,19 +208,62 @@ def _parent_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 
 def gather_rows(sources, use_first: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One flat values/offsets pair from two list columns, row by row (vectorised)."""
+    """One flat values/offsets pair from two list columns, row by row: row i is
+    `sources[0 if use_first[i] else 1][0][starts[i] : starts[i] + lens[i]]`. Where the rows of a
+    source tile it, that source comes back as it is; where they are increasing and disjoint (a
+    suffix of each list, say), one byte mask selects them; otherwise one index gather."""
     offsets = np.zeros(len(lens) + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])
     total = int(offsets[-1])
     dtype = np.result_type(sources[0][0].dtype, sources[1][0].dtype) if total else np.int32
-    values = np.empty(total, dtype=dtype)
-    if total:
-        row = np.repeat(np.arange(len(lens)), lens)
-        pos = np.arange(total) - offsets[row] + starts[row]
-        first = use_first[row]
-        values[first] = sources[0][0][pos[first]]
-        values[~first] = sources[1][0][pos[~first]]
+    if not total:
+        return np.empty(0, dtype), offsets
+    nonempty = lens > 0
+    values = None
+    for first, (src, _) in ((True, sources[0]), (False, sources[1])):
+        rows = np.flatnonzero(nonempty & (use_first == first))
+        if not rows.size:
+            continue
+        picked = slices(src, starts[rows], lens[rows])
+        if rows.size == int(nonempty.sum()):  # every row from this source
+            return picked.astype(dtype, copy=False), offsets
+        if values is None:
+            values = np.empty(total, dtype)
+        values[range_mask(total, offsets[rows], lens[rows])] = picked
     return values, offsets
+
+
+def slices(src: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The concatenation of `src[starts[k] : starts[k] + lens[k]]` (every `lens[k]` > 0): `src`
+    itself when they tile it, a masked copy when they are increasing and disjoint, else a gather
+    through one index array. Linear in what it returns (plus `src` for the mask)."""
+    ends = starts + lens
+    if not starts.size:
+        return src[:0]
+    if starts[0] == 0 and ends[-1] == len(src) and np.array_equal(starts[1:], ends[:-1]):
+        return src
+    if np.all(starts[1:] >= ends[:-1]):
+        lo, hi = int(starts[0]), int(ends[-1])
+        return src[lo:hi][range_mask(hi - lo, starts - lo, lens)]
+    return src[range_index(starts, lens)]
+
+
+def range_mask(size: int, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """A bool mask of `size` that is true on the disjoint ranges [starts[k], starts[k] + lens[k])
+    (every `lens[k]` > 0): two writes per range and one byte-wide running sum."""
+    delta = np.zeros(size + 1, np.int8)
+    delta[starts] = 1
+    delta[starts + lens] -= 1  # a range that ends where the next starts: 1 - 1 = 0, it goes on
+    return np.cumsum(delta[:-1], dtype=np.int8).view(bool)
+
+
+def range_index(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The concatenation of `arange(starts[k], starts[k] + lens[k])` (every `lens[k]` > 0), from
+    one running sum of steps: 1 inside a range, a jump at each range's first position."""
+    step = np.ones(int(lens.sum()), np.int64)
+    step[0] = starts[0]
+    step[np.cumsum(lens[:-1])] = starts[1:] - (starts[:-1] + lens[:-1]) + 1
+    return np.cumsum(step, out=step)
 
 
 def _check_refs(p: Prompts, ids: pa.ChunkedArray, source: str) -> None:
@@ -354,47 +397,49 @@ def lcp_pairs(
     c_values: np.ndarray,
     c_starts: np.ndarray,
     c_lens: np.ndarray,
-    block: int = 1 << 22,
+    block: int = 1 << 23,
 ) -> np.ndarray:
     """Per pair k: the longest common prefix of `a[k]` and `b[k] + c[k]` (a prompt against an
     earlier context: that sample's prompt `b` and completion `c`), every slice given by its
-    start and length in a flat values array. Vectorised in blocks of about `block` compared
-    tokens, so it costs a few numpy passes over the tokens compared: linear in the input."""
-    n = len(a_lens)
-    m = np.minimum(a_lens, b_lens + c_lens).astype(np.int64)
-    out = np.zeros(n, np.int64)
-    lo = 0
-    while lo < n:
-        hi, total = lo, 0
-        while hi < n and (hi == lo or total + m[hi] <= block):
-            total += int(m[hi])
-            hi += 1
-        rows = np.arange(lo, hi)
-        mm = m[lo:hi]
-        if total:
-            starts = np.zeros(len(rows), np.int64)
-            np.cumsum(mm[:-1], out=starts[1:])
-            row = np.repeat(np.arange(len(rows)), mm)
-            k = np.arange(total, dtype=np.int64) - starts[row]
-            r = rows[row]
-            a = a_values[a_starts[r] + k]
-            in_b = k < b_lens[r]
-            b = np.where(in_b, _take(b_values, b_starts[r] + k), _take(c_values, c_starts[r] + k - b_lens[r]))
-            first = np.where(a != b, k, np.int64(1) << 62)
-            has = mm > 0
-            mins = np.minimum.reduceat(first, starts[has]) if has.any() else np.zeros(0, np.int64)
-            res = mm.copy()
-            res[has] = np.minimum(mins, mm[has])
-            out[lo:hi] = res
-        lo = hi
+    start and length in a flat values array. `a` is compared with `b` first, and with `c` only
+    where it matched all of `b`; each in blocks of about `block` tokens, with one gather per
+    side (`slices`) and one comparison: linear in the tokens compared."""
+    a_starts, a_lens = np.asarray(a_starts, np.int64), np.asarray(a_lens, np.int64)
+    b_lens, c_lens = np.asarray(b_lens, np.int64), np.asarray(c_lens, np.int64)
+    out = _first_diff(a_values, a_starts, b_values, np.asarray(b_starts, np.int64), np.minimum(a_lens, b_lens), block)
+    rest = np.flatnonzero((out == b_lens) & (a_lens > b_lens))  # all of b matched: go on into c
+    if rest.size:
+        m = np.minimum(a_lens[rest] - b_lens[rest], c_lens[rest])
+        more = _first_diff(
+            a_values, a_starts[rest] + b_lens[rest], c_values, np.asarray(c_starts, np.int64)[rest], m, block
+        )
+        out[rest] += more
     return out
 
 
-def _take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """values[idx] with out-of-range indices clipped (their lanes are not used)."""
-    if not len(values):
-        return np.zeros(len(idx), np.int64)
-    return values[np.clip(idx, 0, len(values) - 1)]
+def _first_diff(x_values, x_starts, y_values, y_starts, m, block: int) -> np.ndarray:
+    """Per pair k: the first position where `x[k]` and `y[k]` differ within their first m[k]
+    tokens, or m[k] where those are equal."""
+    out = m.copy()
+    ends = np.cumsum(m)
+    lo = 0
+    while lo < len(m):  # rows [lo, hi): about `block` tokens, at least one row
+        base = int(ends[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(ends, base + block, side="right")), lo + 1)
+        rows = np.arange(lo, hi)[m[lo:hi] > 0]
+        lo = hi
+        if not rows.size:
+            continue
+        mm = m[rows]
+        differ = np.flatnonzero(slices(x_values, x_starts[rows], mm) != slices(y_values, y_starts[rows], mm))
+        if differ.size:
+            local = np.zeros(len(rows) + 1, np.int64)
+            np.cumsum(mm, out=local[1:])
+            i = np.searchsorted(differ, local[:-1])  # the first difference at or after each row's start
+            pos = differ[np.minimum(i, differ.size - 1)]
+            found = (i < differ.size) & (pos < local[1:])
+            out[rows[found]] = pos[found] - local[:-1][found]
+    return out
 
 
 def segment_starts(p: Prompts) -> np.ndarray:

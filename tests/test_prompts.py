@@ -92,3 +92,49 @@ def test_bad_references_are_input_errors():
     ]
     with pytest.raises(InputError, match="outside its parent"):
         P.from_table(pa.Table.from_pylist(overlong, schema=SCHEMA))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gather_rows_and_lcp_pairs_match_a_plain_loop(seed):
+    """The vectorised helpers against per-row Python: rows that tile a source, suffixes (the
+    byte-mask path), rows in any order and overlapping (the index path), empty rows, pairs that
+    differ in b, in c, or never, and blocks smaller than one row."""
+    rng = np.random.default_rng(seed)
+    n = 40
+    lens = rng.integers(0, 9, n)
+    offs = np.r_[0, np.cumsum(lens)]
+    src0 = rng.integers(0, 4, offs[-1]).astype(np.int32)
+    src1 = rng.integers(0, 4, 200).astype(np.int32)
+    cut = np.minimum(rng.integers(0, 4, n), lens)
+    for use_first, starts, rl in [
+        (np.ones(n, bool), offs[:-1], lens),  # tiles source 0
+        (np.ones(n, bool), offs[:-1] + cut, lens - cut),  # suffixes
+        (rng.random(n) < 0.5, rng.integers(0, offs[-1] - 8, n), lens),  # any order, overlapping
+    ]:
+        starts = np.where(use_first, starts, rng.integers(0, 150, n))
+        values, o = P.gather_rows([(src0, None), (src1, None)], use_first, starts, rl)
+        want = [(src0 if f else src1)[s : s + k] for f, s, k in zip(use_first, starts, rl, strict=True)]
+        assert [values[o[i] : o[i + 1]].tolist() for i in range(n)] == [w.tolist() for w in want]
+    b_starts, b_lens = rng.integers(0, 150, n), rng.integers(0, 30, n)
+    c_starts, c_lens = rng.integers(0, 150, n), rng.integers(0, 20, n)
+    a = [
+        np.r_[src1[s : s + k], src1[cs : cs + ck]]
+        for s, k, cs, ck in zip(b_starts, b_lens, c_starts, c_lens, strict=True)
+    ]
+    for i in range(n):  # break some: in b, in c, or cut short
+        if a[i].size and rng.random() < 0.5:
+            a[i] = a[i][: rng.integers(0, a[i].size)] if rng.random() < 0.3 else a[i].copy()
+            if a[i].size and rng.random() < 0.7:
+                a[i][rng.integers(0, a[i].size)] += 1
+    a_lens = np.array([x.size for x in a])
+    a_vals = np.concatenate(a).astype(np.int32)
+    a_starts = np.r_[0, np.cumsum(a_lens)[:-1]]
+    want = []
+    for x, s, k, cs, ck in zip(a, b_starts, b_lens, c_starts, c_lens, strict=True):
+        ctx = np.r_[src1[s : s + k], src1[cs : cs + ck]]
+        m = min(x.size, ctx.size)
+        d = np.flatnonzero(x[:m] != ctx[:m])
+        want.append(int(d[0]) if d.size else m)
+    for block in (1, 7, 1 << 20):
+        got = P.lcp_pairs(a_vals, a_starts, a_lens, src1, b_starts, b_lens, src1, c_starts, c_lens, block=block)
+        assert got.tolist() == want
