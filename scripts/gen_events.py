@@ -755,7 +755,7 @@ SECRET_SHELLS = (5,)
 
 COMPLETION = (
     '{"event_id":"%s","type":"completion","ts":%s,"session_id":"%s","episode_id":"%s",'
-    '"sample_id":"%s","turn":%d,"policy_version":"%s","prompt_ids":[%s],"completion_ids":[%s],'
+    '"sample_id":"%s","turn":%d,"policy_version":"%s",%s,"completion_ids":[%s],'
     '"completion_logprobs":[%s],%s"completion_text":%s,"tool_calls":[%s],"latency_ms":%.1f,'
     '"temperature":%s}'
 )
@@ -833,9 +833,11 @@ class Simulator:
         emit,
         epoch_ms_share: float = 0.05,
         messages_share: float = 0.5,
+        delta_prompts: bool = False,
     ):
         self.pool, self.emit = pool, emit
         self.messages_share = messages_share
+        self.delta = delta_prompts  # prompts as the gateway logs them (prompt_parent/shared/added)
         self.rng = random.Random(f"events-{seed}")
         self.epoch_share = epoch_ms_share
         self.next_task = 0
@@ -993,6 +995,10 @@ class Simulator:
         ids += [user.ids, pool.gen.ids]
         msgs.append(user.msg)
         prompt = ",".join(ids)
+        # The delta layout: turn 0 a root holding its whole prompt; turn k+1 what it adds to
+        # turn k's context (its prompt and completion), which it extends token for token.
+        n_prompt = sum(1 for x in prompt.split(",") if x) if self.delta else 0
+        stored = f'"prompt_parent":null,"prompt_shared":0,"prompt_added":[{prompt}]' if self.delta else ""
         edits, sample_id, comp = [], "", user
         for turn, step in enumerate(steps):
             comp = self.turn_piece(step, ti)
@@ -1001,11 +1007,16 @@ class Simulator:
             sample_id = "smp_" + self.hex(64)
             call_ids = ["call_" + self.hex(48) for _ in comp.calls]
             head = (episode_id, sample_id, turn, t, latency)
-            self.emit_completion(s, head, prompt, msgs, comp, call_ids)
+            self.emit_completion(s, head, stored or f'"prompt_ids":[{prompt}]', msgs, comp, call_ids)
             t, results = self.run_tools(s, step, ti, comp, sample_id, call_ids, t, success, edits)
             if turn + 1 < len(steps):  # the next prompt extends this one; nothing is re-encoded
-                prompt = ",".join([prompt, comp.ids] + [r.ids for r in results] + [pool.gen.ids])
+                added = [r.ids for r in results] + [pool.gen.ids]
+                prompt = ",".join([prompt, comp.ids] + added)
                 msgs += [comp.msg] + [r.msg for r in results]
+                if self.delta:
+                    shared, n_prompt = n_prompt + comp.n, n_prompt + comp.n + sum(r.n for r in results) + pool.gen.n
+                    new_ids = ",".join(x for x in added if x)
+                    stored = f'"prompt_parent":"{sample_id}","prompt_shared":{shared},"prompt_added":[{new_ids}]'
             t += rng.randint(20, 400)
         if rng.random() < 0.12:
             self.feedback(s, "episode_id", episode_id, t, success, ("thumbs", "thumbs"))
@@ -1014,7 +1025,8 @@ class Simulator:
         return Episode(episode_id, t, steps[-1], success, comp, edits)
 
     def emit_completion(self, s: Session, head: tuple, prompt: str, msgs: list, comp: Piece, call_ids: list) -> None:
-        """One completion line, pasted together from pre-rendered fragments (this is hot)."""
+        """One completion line, pasted together from pre-rendered fragments (this is hot);
+        `prompt`: the prompt's JSON fields (`"prompt_ids":[...]`, or the delta layout's)."""
         episode_id, sample_id, turn, t, latency = head
         with_msgs = self.rng.random() < self.messages_share
         calls = zip(call_ids, comp.calls, strict=True)
@@ -1362,6 +1374,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="jsonl",
         help="jsonl (ts mixes RFC 3339 and epoch ms) or parquet (rlcycle's events schema)",
     )
+    add(
+        "--prompts",
+        choices=("whole", "delta"),
+        default="whole",
+        help="whole: every completion carries its whole prompt_ids (the layout logs had before "
+        "issue 36; the sample data's); delta: stored once, as the gateway logs them "
+        "(prompt_parent/prompt_shared/prompt_added; docs/design.md) (default %(default)s)",
+    )
     add("--otel", type=Path, help="also write ~20 completions as an OTLP/JSON GenAI span export")
     add(
         "--tokenizer",
@@ -1397,7 +1417,7 @@ def generate(args: argparse.Namespace) -> dict:
     writer = Writer(args.out, args.files_per_hour, args.format, args.seed)
     start_ms = int(START.timestamp() * 1000)
     epoch_share = 0.05 if args.format == "jsonl" else 0.0
-    sim = Simulator(pool, args.seed, writer.add, epoch_ms_share=epoch_share)
+    sim = Simulator(pool, args.seed, writer.add, epoch_ms_share=epoch_share, delta_prompts=args.prompts == "delta")
     arrivals = random.Random(f"arrivals-{args.seed}")
     mean_gap_ms = hours * HOUR_MS / max(1.0, est_episodes / 2.4)
     rollout_ms = start_ms + 0.25 * hours * HOUR_MS  # the newer policy starts as a 50/50 A/B test

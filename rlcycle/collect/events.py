@@ -56,6 +56,12 @@ JSON_SCHEMA: dict[str, pl.DataType] = {
     "kind": pl.String,
     "request_id": pl.String,
 }
+# What collect parses from JSON lines: every field but those it never reads (prompt and
+# completion text, tool durations, edit observation delays). Those are skipped by the parser,
+# not checked: a collect run costs what it uses (docs/performance.md). The gateway checks the
+# events clients post against the whole JSON_SCHEMA.
+UNREAD = ("prompt_messages", "completion_text", "duration_ms", "observed_after_s")
+READ_SCHEMA: dict[str, pl.DataType] = {k: v for k, v in JSON_SCHEMA.items() if k not in UNREAD}
 # Epoch-ms bounds that catch seconds passed as milliseconds (and garbage).
 TS_MIN_MS = 946_684_800_000  # 2000-01-01
 TS_MAX_MS = 4_102_444_800_000  # 2100-01-01
@@ -100,9 +106,13 @@ def empty_events() -> pl.DataFrame:
 
 def normalise(df: pl.DataFrame, name: str) -> pl.DataFrame:
     """ts (RFC 3339 text or epoch ms) to epoch ms as `ts_ms`; add `_file`; keep `ts` text."""
-    # The common case first, without regexes: every ts is UTC with a Z, as the gateway writes
-    # it. Any other form anywhere in the frame takes the general parse below for the frame.
-    fast = pl.col("ts").str.to_datetime("%Y-%m-%dT%H:%M:%S%.fZ", strict=False, time_zone="UTC").dt.epoch("ms")
+    # The common cases first, without regexes: every ts is UTC with a Z, as the gateway writes
+    # it, or epoch milliseconds as digits. Any other form anywhere in the frame takes the general
+    # parse below for the frame.
+    fast = pl.coalesce(
+        pl.col("ts").str.to_datetime("%Y-%m-%dT%H:%M:%S%.fZ", strict=False, time_zone="UTC").dt.epoch("ms"),
+        pl.col("ts").str.to_integer(strict=False),
+    )
     quick = df.with_columns(fast.alias("ts_ms"), pl.lit(name, dtype=pl.String).alias("_file"))
     if quick.select((pl.col("ts_ms").is_null() & pl.col("ts").is_not_null()).any()).item() is False:
         return quick

@@ -82,17 +82,20 @@ def _first_of_each(df: pl.DataFrame, key: str) -> pl.DataFrame:
     """One row per `key`: the earliest by (ts, key), whatever order the rows arrived in.
 
     Duplicates are rare, so the common case costs one hash pass; when there are some, only the
-    small (key, ts, row) frame is sorted — never the token-id lists.
+    rows whose key repeats are sorted, (key, ts, row) of them — never the token-id lists.
     """
-    if not df.get_column(key).is_duplicated().any():
+    repeated = df.get_column(key).is_duplicated()
+    if not repeated.any():
         return df
-    keep = (
-        df.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i"), key, "ts_ms")
+    rows = pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i")
+    first = (
+        df.select(rows, key, "ts_ms")
+        .filter(repeated)
         .sort(key, "ts_ms", "_i")
-        .unique(key, keep="first")
+        .unique(key, keep="first", maintain_order=True)
         .get_column("_i")
-        .sort()
     )
+    keep = pl.concat([df.select(rows).filter(~repeated).to_series(), first]).sort()
     return df[keep]
 
 

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 import polars as pl
 
 from rlcycle.collect.events import (
-    JSON_SCHEMA,
+    READ_SCHEMA,
     BadRecord,
     Chunk,
     bad_from_rows,
@@ -102,17 +102,19 @@ def _is_otel(line: bytes) -> bool:
     return b'"resourceSpans"' in line[:4096]
 
 
-def parse_block(block: bytes, name: str, first_line_index: int) -> Chunk:
-    """Parse a block of whole lines; `first_line_index` is the 0-based index of its first line."""
+def parse_block(block: bytes, name: str, first_line_index: int, schema: dict | None = None) -> Chunk:
+    """Parse a block of whole lines; `first_line_index` is the 0-based index of its first line.
+    `schema`: the fields parsed and checked (default collect's READ_SCHEMA)."""
+    schema = schema or READ_SCHEMA
     n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") or not block else 1)
-    events = _parse_whole(block, first_line_index, n_lines)
+    events = _parse_whole(block, first_line_index, n_lines, schema)
     numbered = None
     bad: list[BadRecord] = []
     if events is None:  # a bad or blank line somewhere: line by line, bisecting the bad ones out
         numbered = _numbered(block, first_line_index)
         frames: list[pl.DataFrame] = []
-        _parse_bisect(numbered, name, frames, bad)
-        events = pl.concat(frames, how="vertical") if frames else empty_json_frame()
+        _parse_bisect(numbered, name, frames, bad, schema)
+        events = pl.concat(frames, how="vertical") if frames else empty_json_frame().select(*schema, "_line")
     events = normalise(events, name)
     good, rejected = split_invalid(events)
     if rejected.height:
@@ -120,13 +122,13 @@ def parse_block(block: bytes, name: str, first_line_index: int) -> Chunk:
     return Chunk(good, bad, bytes_read=len(block), lines_read=n_lines)
 
 
-def _parse_whole(block: bytes, first_line_index: int, n_lines: int) -> pl.DataFrame | None:
+def _parse_whole(block: bytes, first_line_index: int, n_lines: int, schema: dict) -> pl.DataFrame | None:
     """The common case in one call: every line parses and none is blank, so row i is line i
     (no split, no re-join, no per-line list). None when that does not hold."""
     if not n_lines:
         return None
     try:
-        df = pl.read_ndjson(block, schema=JSON_SCHEMA)
+        df = pl.read_ndjson(block, schema=schema)
     except Exception:
         return None
     if df.height != n_lines:  # blank lines were skipped: rows no longer map to lines by position
@@ -142,38 +144,38 @@ def _numbered(block: bytes, first_line_index: int) -> list[tuple[int, bytes]]:
     return [(first_line_index + i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
 
 
-def _parse_bisect(numbered, name, frames, bad) -> None:
+def _parse_bisect(numbered, name, frames, bad, schema: dict) -> None:
     """Parse numbered lines with polars; bisect failing ranges down to the bad lines."""
     if not numbered:
         return
     payload = b"\n".join(ln for _, ln in numbered)
     try:
-        df = pl.read_ndjson(payload, schema=JSON_SCHEMA)
+        df = pl.read_ndjson(payload, schema=schema)
     except Exception as e:  # polars raises ComputeError/SchemaError/… for any bad line
         if len(numbered) == 1:
             line_no, raw = numbered[0]
-            bad.append(BadRecord(name, line_no, explain_line(raw, e), raw_text(raw)))
+            bad.append(BadRecord(name, line_no, explain_line(raw, e, schema), raw_text(raw)))
             return
         mid = len(numbered) // 2
-        _parse_bisect(numbered[:mid], name, frames, bad)
-        _parse_bisect(numbered[mid:], name, frames, bad)
+        _parse_bisect(numbered[:mid], name, frames, bad, schema)
+        _parse_bisect(numbered[mid:], name, frames, bad, schema)
         return
     if df.height != len(numbered):  # should not happen; never lose lines silently
         for line_no, raw in numbered:
-            _parse_bisect([(line_no, raw)], name, frames, bad)
+            _parse_bisect([(line_no, raw)], name, frames, bad, schema)
         return
     frames.append(df.with_columns(pl.Series("_line", [n for n, _ in numbered], dtype=pl.Int64)))
 
 
-def explain_line(raw: bytes, error: Exception) -> str:
+def explain_line(raw: bytes, error: Exception, schema: dict | None = None) -> str:
     """Why one JSON line failed: malformed JSON (with column), too deep, not an object, or a field type."""
     try:
-        return _explain(raw, error)
+        return _explain(raw, error, schema or READ_SCHEMA)
     except RecursionError:  # json.loads, or json.dumps of a value nested near the limit
         return f"JSON {TOO_DEEP}"
 
 
-def _explain(raw: bytes, error: Exception) -> str:
+def _explain(raw: bytes, error: Exception, schema: dict) -> str:
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as e:
@@ -182,7 +184,7 @@ def _explain(raw: bytes, error: Exception) -> str:
         return "not UTF-8 text"
     if not isinstance(obj, dict):
         return f"expected a JSON object, got {type(obj).__name__}"
-    for key, dtype in JSON_SCHEMA.items():
+    for key, dtype in schema.items():
         if key in obj and obj[key] is not None and not _json_type_ok(obj[key], dtype):
             return f"field {key!r}: expected {_describe(dtype)}, got {json.dumps(obj[key])[:60]}"
     return f"unparseable event ({str(error).splitlines()[0][:120]})"

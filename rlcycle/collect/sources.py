@@ -25,7 +25,9 @@ import gzip
 import io
 import json
 import os
+import queue
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,6 +204,49 @@ def read_source(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Chunk]:
     finally:
         if raw is not sys.stdin.buffer:
             raw.close()
+
+
+def read_ahead(paths: list[str], block_bytes: int = BLOCK_BYTES, depth: int = 2) -> Iterator[Chunk]:
+    """`read_source` of each path in turn, parsed by a thread up to `depth` chunks ahead of the
+    consumer (polars and file reads release the GIL, so parsing block k+1 overlaps whatever
+    the consumer does with block k). Same chunks, same order; an error is raised where the
+    consumer would have met it, and a consumer that stops early stops the thread."""
+    chunks: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                chunks.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for path in paths:
+                for chunk in read_source(path, block_bytes):
+                    if not put(chunk):
+                        return
+            put(end)
+        except BaseException as e:  # handed to the consumer, raised there
+            put(e)
+
+    thread = threading.Thread(target=produce, name="collect-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = chunks.get()
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _peek(stream: Any, n: int) -> bytes:

@@ -38,13 +38,16 @@ Join rules (late and out-of-order events are normal, so nothing depends on arriv
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import re
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -55,8 +58,8 @@ from rlcycle import io as rio
 from rlcycle.collect import redact
 from rlcycle.collect.buckets import read_layout
 from rlcycle.collect.events import BadRecord, Chunk
-from rlcycle.collect.partitions import Job, JoinSettings, Partitioner, add_counts, run_job
-from rlcycle.collect.sources import expand_inputs, not_events, read_source
+from rlcycle.collect.partitions import Job, Joined, JoinSettings, Partitioner, add_counts, run_job
+from rlcycle.collect.sources import expand_inputs, not_events, read_ahead
 from rlcycle.config import cfg, check_range
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
@@ -86,6 +89,10 @@ class CollectConfig:
     min_partitions: int = cfg(
         1, help="Join in at least this many partitions (rounded up to a power of two); with executor=ray: parallelism."
     )
+    join_workers: int = cfg(
+        2,
+        help="Partitions joined at once by the local executor (threads; each holds one partition in memory).",
+    )
     executor: str = cfg(
         "local",
         help="Where the join runs: local (this process) or ray (one Ray task per partition; docs/collect.md).",
@@ -107,7 +114,7 @@ class CollectConfig:
         check_range(problems, self, "maturity_s", ge=0)
         check_range(problems, self, "bucket_bytes", ge=1 << 20)  # 1 MiB
         check_range(problems, self, "block_bytes", ge=1 << 16)  # 64 KiB
-        check_range(problems, self, "min_partitions", ge=1)
+        check_range(problems, self, ("min_partitions", "join_workers"), ge=1)
         if self.executor not in EXECUTORS:
             problems.append(f"executor={self.executor!r}: one of {', '.join(EXECUTORS)}")
         return problems
@@ -250,10 +257,9 @@ def _collect_flat(config: CollectConfig, inputs: list[str], out: str, qwriter, p
     result.partitions = n_parts
     with rio.scratch_dir(_workdir_name(out)) as tmp:
         parts = Partitioner(tmp, n_parts)
-        for path in files:
-            for chunk in read_source(path, config.block_bytes):
-                _take_chunk(chunk, result, parts, qwriter, patterns, config.strict)
-                progress.update(events=result.events_in, quarantined=result.quarantined)
+        for chunk in read_ahead(files, config.block_bytes):  # the next block parses meanwhile
+            _take_chunk(chunk, result, parts, qwriter, patterns, config.strict)
+            progress.update(events=result.events_in, quarantined=result.quarantined)
         parts.close()
         crash_point("collect:partitioned")  # fault injection: a kill -9 with partitions on disk
         if result.events_in == 0 and result.quarantined == 0:
@@ -376,7 +382,7 @@ def _join_all(config: CollectConfig, jobs: list[Job], out: str, result: CollectR
 
         joined = joined_on_ray(jobs, settings, config.ray_address, _new_counts)
     else:
-        joined = (run_job(job, settings, _new_counts()) for job in jobs)
+        joined = _joined_here(jobs, settings, config.join_workers)
     with rio.ArtifactWriter(out, TRAJECTORIES.arrow) as writer:
         for part in joined:
             if part.bad:  # found while parsing a bucket: quarantined in bucket order
@@ -387,6 +393,28 @@ def _join_all(config: CollectConfig, jobs: list[Job], out: str, result: CollectR
             progress.update(events=result.events_in, samples=result.samples_out, held_back=result.held_back_samples)
         if result.events_in == 0 and result.quarantined == 0:  # raised inside: no output is left
             _empty(result)
+
+
+def _joined_here(jobs: list[Job], settings: JoinSettings, workers: int) -> Iterator[Joined]:
+    """Each job's `Joined`, in job order, joined by `workers` threads (polars, Arrow and numpy
+    release the GIL): at most `workers` partitions are in memory beside the one being written."""
+    if workers <= 1 or len(jobs) <= 1:
+        yield from (run_job(job, settings, _new_counts()) for job in jobs)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        pending: deque[Future] = deque()
+        todo = iter(jobs)
+        try:
+            for job in itertools.islice(todo, workers):
+                pending.append(pool.submit(run_job, job, settings, _new_counts()))
+            while pending:
+                done = pending.popleft().result()
+                for job in itertools.islice(todo, 1):
+                    pending.append(pool.submit(run_job, job, settings, _new_counts()))
+                yield done
+        finally:
+            for f in pending:  # the run stopped early (an error): the rest is not needed
+                f.cancel()
 
 
 def _new_counts() -> CollectResult:

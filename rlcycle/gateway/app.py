@@ -53,6 +53,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlcycle.agent.events import iso
+from rlcycle.collect.events import JSON_SCHEMA
 from rlcycle.collect.jsonl import parse_block
 from rlcycle.gateway import chat, completions, responses
 from rlcycle.gateway.chat import BadRequest
@@ -369,7 +370,7 @@ class Gateway:
             ev.setdefault("ts", now)
             ev.setdefault("session_id", request.headers.get("x-session-id"))
         lines = b"".join(json.dumps(ev).encode() + b"\n" for ev in items)
-        chunk = parse_block(lines, "request", 0)
+        chunk = parse_block(lines, "request", 0, schema=JSON_SCHEMA)  # every field checked, not only collect's
         if chunk.bad:
             b = chunk.bad[0]
             field_name = _field_of(b.reason)
