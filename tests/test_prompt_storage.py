@@ -9,6 +9,7 @@ that were "served".
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 from conftest import run_cli
@@ -145,7 +146,9 @@ def test_bad_references_are_quarantined_with_everything_built_on_them(tmp_path):
     assert reasons["prompt_parent: names a sample of another session"] == 1
     assert reasons["prompt_parent: names a later sample"] == 2  # d-t0, and a-late (logged before a-t002)
     lines = [json.loads(x) for x in (tmp_path / "bad.arrow.quarantine.jsonl").read_text().splitlines()]
-    assert {x["file"] for x in lines} >= {"a-t001-completion", "a-t002-completion", "d-t0-completion"}
+    # Each is named by the file and line it was read from (and its sample in the reason).
+    where = {(Path(x["file"]).name, x["line"], x["reason"].split("completion ")[1].split()[0]) for x in lines}
+    assert where >= {("bad.jsonl", 2, "'a-t001'"), ("bad.jsonl", 3, "'a-t002'"), ("bad.jsonl", 8, "'d-t0'")}
     # --strict stops at the first one, exit 2, naming it.
     r = run_cli(["collect", str(tmp_path / "bad.jsonl"), "-o", str(tmp_path / "s.arrow"), "--strict"])
     assert r.exit_code == 2 and "prompt_" in r.error and not (tmp_path / "s.arrow").exists()

@@ -69,6 +69,8 @@ def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
         pl.col("greedy").cast(pl.Boolean),
         pl.col("top_p").cast(pl.Float32),
         "pair_key",
+        "_file",
+        "_line",
     )
     n = comp.height
     # Two completion events for one sample_id (distinct event ids) is a logging bug upstream:

@@ -61,6 +61,8 @@ KEEP = [
     "value",
     "kind",
     "request_id",
+    "_file",  # where each event was read (file, 1-based line or row): quarantine records
+    "_line",  # found in the join (a bad prompt reference) name them
 ]
 
 

@@ -237,6 +237,7 @@ def _bad_refs(comp: pl.DataFrame, order: _SessionOrder, parent: np.ndarray) -> t
     sessions = comp.get_column("session_id").to_numpy()
     parents = comp.get_column("prompt_parent").to_numpy()
     raw_shared = comp.get_column("prompt_shared").to_list()
+    files, lines = comp.get_column("_file").to_list(), comp.get_column("_line").to_list()
     records = []
     for i in np.flatnonzero(inherited):
         why = BAD_REFS[reason[i]] if bad[i] else INHERITED
@@ -247,7 +248,7 @@ def _bad_refs(comp: pl.DataFrame, order: _SessionOrder, parent: np.ndarray) -> t
             "prompt_parent": parents[i],
             "prompt_shared": raw_shared[i],
         }
-        records.append(BadRecord(f"{ids[i]}-completion", 0, detail, json.dumps(record)))
+        records.append(BadRecord(files[i], lines[i], detail, json.dumps(record)))
     return inherited, records
 
 
