@@ -20,6 +20,7 @@ grows.
     .venv/bin/python scripts/bench_collect.py --sizes 200000 --runs 1   # a quick look
     .venv/bin/python scripts/bench_collect.py --json             # one JSON object
 """
+
 from __future__ import annotations
 
 import json
