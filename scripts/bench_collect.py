@@ -17,6 +17,7 @@ grows.
 
     .venv/bin/python scripts/bench_collect.py                    # 1M and 5M events, 3 runs
     .venv/bin/python scripts/bench_collect.py --sizes 1000000 --prompts whole,delta
+    .venv/bin/python scripts/bench_collect.py --sizes 1000000 --prompts delta --buckets 8  # the gateway's bucketed log
     .venv/bin/python scripts/bench_collect.py --sizes 200000 --runs 1   # a quick look
     .venv/bin/python scripts/bench_collect.py --json             # one JSON object
 """
@@ -74,6 +75,36 @@ def ensure_log(n_events: int, root: Path, layout: str = "whole") -> Path:
     return out
 
 
+def ensure_bucketed(log: Path, n: int) -> Path:
+    """The same log laid out as the gateway writes it with `log_buckets = n`
+    (`DAY/bucket=K-of-N/` + the marker, rlcycle/collect/buckets.py): every line copied verbatim
+    into its session's bucket, files named as in the flat log. Collect skips its pass 1 on it."""
+    import polars as pl
+
+    from rlcycle.collect.buckets import bucket_dir, bucket_expr, write_marker
+
+    out = log.with_name(f"{log.name}_buckets{n}")
+    if (out / ".complete").exists():
+        return out
+    print(f"laying {log} out in {n} session buckets into {out} ...", file=sys.stderr)
+    for f in sorted(log.glob("events-*.jsonl")):
+        lines = f.read_bytes().splitlines(keepends=True)
+        sessions = pl.read_ndjson(f, schema={"session_id": pl.String})
+        assert sessions.height == len(lines), f"{f}: blank lines"  # row i is line i
+        ks = sessions.select(bucket_expr(n).alias("k")).get_column("k").to_list()
+        day = f.name.removeprefix("events-")[:10]
+        by_bucket: dict[int, list[bytes]] = {}
+        for k, line in zip(ks, lines, strict=True):
+            by_bucket.setdefault(k, []).append(line)
+        for k, chunk in by_bucket.items():
+            target = out / bucket_dir(day, k, n) / f.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(b"".join(chunk))
+    write_marker(out, n)
+    (out / ".complete").write_text("ok\n")
+    return out
+
+
 def checked(cmd: list[str]) -> benchkit.Process:
     """One subprocess through the harness; a failure stops the bench."""
     proc = benchkit.run_process(cmd)
@@ -82,10 +113,12 @@ def checked(cmd: list[str]) -> benchkit.Process:
     return proc
 
 
-def bench_size(n_events: int, root: Path, runs: int, layout: str) -> dict:
+def bench_size(n_events: int, root: Path, runs: int, layout: str, buckets: int = 0) -> dict:
     """`runs` interleaved bare parses and collects of one log: their processes and the log's size."""
     log = ensure_log(n_events, root, layout)
-    files = sorted(str(p) for p in log.glob("events-*.jsonl"))
+    if buckets:
+        log = ensure_bucketed(log, buckets)
+    files = sorted(str(p) for p in log.glob("**/events-*.jsonl"))
     base, base_read, coll = [], [], []
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         out = Path(tmp) / "trajectories.arrow"
@@ -105,9 +138,10 @@ def bench_size(n_events: int, root: Path, runs: int, layout: str) -> dict:
         "base": base,
         "base_read": base_read,
         "collect": coll,
-        "layout": layout,
+        "layout": layout + (f", {buckets} session buckets" if buckets else ""),
         "samples_out": summary["samples_out"],
         "partitions": summary["partitions"],
+        "repartitioned": summary["repartitioned"],
     }
 
 
@@ -145,16 +179,27 @@ def main() -> None:
         help="comma-separated log layouts: whole (every completion carries its prompt: logs from before "
         "issue 36, converted by collect) and/or delta (stored once, as the gateway writes them)",
     )
+    ap.add_argument(
+        "--buckets",
+        type=int,
+        default=0,
+        help="also lay each log out in N session buckets, as the gateway writes it with log_buckets = N "
+        "(collect then skips its repartition pass), and bench that copy instead",
+    )
     args = ap.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     rows = [
-        bench_size(int(s), args.data, args.runs, layout)
+        bench_size(int(s), args.data, args.runs, layout, args.buckets)
         for layout in args.prompts.split(",")
         for s in args.sizes.split(",")
     ]
     notes = [
         "target: collect >= 0.7x the bare parse's events/s (issue 36); collect's peak RSS should not grow with the input",
-        *(f"{r['events']:,} events: {r['samples_out']:,} samples out, {r['partitions']} partition(s)" for r in rows),
+        *(
+            f"{r['events']:,} events ({r['layout']}): {r['samples_out']:,} samples out, {r['partitions']} partition(s)"
+            + ("" if r["repartitioned"] else ", no repartition pass (bucketed)")
+            for r in rows
+        ),
     ]
     extra = {"sizes": [{k: r[k] for k in ("events", "mb", "samples_out", "partitions")} for r in rows]}
     benchkit.emit(args, "bench_collect", [t for r in rows for t in tables(r)], notes, extra)
