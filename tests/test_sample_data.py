@@ -547,3 +547,26 @@ def test_committed_sample_is_what_the_documented_command_makes(tmp_path):
     for name in committed:
         assert (EVENTS / name).read_bytes() == (tmp_path / "ev" / name).read_bytes(), name
     assert OTEL.read_bytes() == (tmp_path / "otel.json").read_bytes()
+
+
+def test_delta_prompts_are_the_same_prompts_stored_once(tmp_path):
+    """`--prompts delta` writes what the gateway writes (a root, then what each turn adds to the
+    previous turn's context): collected, it gives the whole-prompt log's rows and prompts."""
+    from conftest import run_cli
+
+    from rlcycle import prompts
+
+    for layout in ("whole", "delta"):
+        assert gen.main(["--episodes", "40", "--seed", "9", "--out", str(tmp_path / layout), "--prompts", layout]) == 0
+        args = ["collect", tmp_path / layout, "-o", tmp_path / f"{layout}.arrow", "--as-of", "2030-01-01T00:00:00Z"]
+        assert run_cli([*args, "-q"]).exit_code == 0
+    lines = [json.loads(x) for f in sorted((tmp_path / "delta").iterdir()) for x in f.read_text().splitlines()]
+    comps = [e for e in lines if e["type"] == "completion"]
+    assert comps and not any("prompt_ids" in e for e in comps)
+    assert {e["prompt_parent"] is None for e in comps if e["turn"] == 0} == {True}
+    assert all(e["prompt_parent"] and e["prompt_shared"] > 0 for e in comps if e["turn"] > 0)
+    whole, delta = (prompts.with_full_prompts(tmp_path / f"{x}.arrow") for x in ("whole", "delta"))
+    by_id = [dict(zip(t["sample_id"].to_pylist(), t["prompt_ids"].to_pylist(), strict=True)) for t in (whole, delta)]
+    assert by_id[0] == by_id[1] and len(by_id[0]) > 40
+    layout_cols = ["prompt_ids", "prompt_parent", "prompt_shared", "prompt_added"]
+    assert whole.drop_columns(layout_cols).equals(delta.drop_columns(layout_cols))
