@@ -24,13 +24,36 @@ def _logs(tmp_path, n_files=3):
     return paths
 
 
-def test_same_chunks_in_the_same_order(tmp_path):
+def _rows(chunks):
+    import polars as pl
+
+    return pl.concat([c.events for c in chunks], how="vertical").to_dicts()
+
+
+def test_same_events_files_and_lines_as_reading_one_file_after_the_other(tmp_path):
+    """Small files are parsed together (one parser call), each row keeping its file and line."""
     paths = _logs(tmp_path)
     block = 1 << 16
     want = [c for p in paths for c in sources.read_source(p, block)]
     got = list(sources.read_ahead(paths, block, depth=1))
-    assert [c.events.to_dicts() for c in got] == [c.events.to_dicts() for c in want]
-    assert [(c.bytes_read, c.lines_read) for c in got] == [(c.bytes_read, c.lines_read) for c in want]
+    assert len(got) < len(want)  # parsed together
+    assert _rows(got) == _rows(want)
+    assert sum(c.bytes_read for c in got) == sum(c.bytes_read for c in want)
+    assert sum(c.lines_read for c in got) == sum(c.lines_read for c in want)
+
+
+def test_a_bad_line_among_small_files_is_named_by_its_own_file_and_line(tmp_path):
+    paths = _logs(tmp_path)
+    with open(paths[1], "a") as f:
+        f.write('{"event_id": "x", "type": "telemetry", "ts": "2026-11-30T10:00:00Z", "session_id": "s"}\n')
+        f.write('{"event_id": "y", "type": \n')
+    got = list(sources.read_sources(paths, 1 << 16))
+    bad = sorted((b.file, b.line, b.reason.split(" (")[0]) for c in got for b in c.bad)
+    n = len(open(paths[1]).read().splitlines())
+    assert [(f, ln) for f, ln, _ in bad] == [(paths[1], n - 1), (paths[1], n)]
+    assert "unknown event type" in bad[0][2] and "malformed JSON" in bad[1][2]
+    want = [c for p in paths for c in sources.read_source(p, 1 << 16)]
+    assert _rows(got) == _rows(want)
 
 
 def test_an_error_in_a_later_file_reaches_the_consumer_after_the_earlier_chunks(tmp_path):

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+import numpy as np
 import polars as pl
 
 from rlcycle.collect.events import (
@@ -36,7 +37,7 @@ TOO_DEEP = "nested too deeply (arrays/objects more than about 1,000 levels deep)
 
 def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]:
     first = first_line(stream)
-    if first is not None and _is_otel(first):
+    if first is not None and is_otel(first):
         yield from read_otel(stream.read(), name)
         return
     if first is None:  # not one object per line: a whole JSON document
@@ -98,7 +99,7 @@ def first_line(stream: Any) -> bytes | None:
     return None
 
 
-def _is_otel(line: bytes) -> bool:
+def is_otel(line: bytes) -> bool:
     return b'"resourceSpans"' in line[:4096]
 
 
@@ -120,6 +121,30 @@ def parse_block(block: bytes, name: str, first_line_index: int, schema: dict | N
     if rejected.height:
         bad.extend(bad_from_rows(rejected, dict(numbered or _numbered(block, first_line_index))))
     return Chunk(good, bad, bytes_read=len(block), lines_read=n_lines)
+
+
+def parse_files_together(files: list[tuple[str, bytes]]) -> Chunk | None:
+    """Small JSON lines files (name, whole content) parsed as one block, each row keeping its own
+    file and line: one parser call instead of one per file (a call costs ~10 ms whatever its
+    size). Only the plain case: every file ends with a newline and every line is a valid event.
+    Otherwise None, and the caller reads the files one by one, which explains every bad line."""
+    if any(data and not data.endswith(b"\n") for _, data in files):
+        return None
+    lines = [data.count(b"\n") for _, data in files]
+    block = b"".join(data for _, data in files)
+    events = _parse_whole(block, 0, sum(lines), READ_SCHEMA)
+    if events is None:  # a bad or blank line somewhere
+        return None
+    which = np.repeat(np.arange(len(files)), lines)
+    line_no = np.arange(1, len(which) + 1) - np.repeat(np.cumsum([0, *lines[:-1]]), lines)
+    events = normalise(events, "").with_columns(
+        pl.Series("_file", [name for name, _ in files], pl.String).gather(which),
+        pl.Series("_line", line_no, pl.Int64),
+    )
+    good, rejected = split_invalid(events)
+    if rejected.height:
+        return None
+    return Chunk(good, [], bytes_read=len(block), lines_read=len(which))
 
 
 def _parse_whole(block: bytes, first_line_index: int, n_lines: int, schema: dict) -> pl.DataFrame | None:

@@ -25,7 +25,7 @@ import pyarrow.ipc as ipc
 from rlcycle.collect import join
 from rlcycle.collect.buckets import bucket_expr
 from rlcycle.collect.events import BadRecord
-from rlcycle.collect.sources import read_source
+from rlcycle.collect.sources import read_sources
 from rlcycle.errors import InputError
 from rlcycle.schema import TRAJECTORIES, conform
 
@@ -172,14 +172,13 @@ def run_job(job: Job, settings: JoinSettings, counts: Any) -> Joined:
 def _read_bucket(job: Job, block_bytes: int, counts: Any, bad: list[BadRecord]) -> pl.DataFrame:
     """Parse every file of one bucket (what pass 1 does, for sessions already together)."""
     frames = []
-    for path in job.files:
-        for chunk in read_source(path, block_bytes):
-            counts.bytes_read += chunk.bytes_read
-            counts.lines_read += chunk.lines_read
-            bad.extend(chunk.bad)
-            if chunk.events.height:
-                counts.events_in += chunk.events.height
-                frames.append(chunk.events.select(KEEP))
+    for chunk in read_sources(list(job.files), block_bytes):  # small files parsed together
+        counts.bytes_read += chunk.bytes_read
+        counts.lines_read += chunk.lines_read
+        bad.extend(chunk.bad)
+        if chunk.events.height:
+            counts.events_in += chunk.events.height
+            frames.append(chunk.events.select(KEEP))
     if not frames:
         from rlcycle.collect.events import empty_events
 

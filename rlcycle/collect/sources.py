@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from rlcycle import io as rio
 from rlcycle.collect.arrow import read_arrow
 from rlcycle.collect.events import Chunk, empty_events
-from rlcycle.collect.jsonl import first_line, read_jsonl
+from rlcycle.collect.jsonl import first_line, is_otel, parse_files_together, read_jsonl
 from rlcycle.errors import InputError
 
 BLOCK_BYTES = 32 << 20
@@ -206,8 +206,51 @@ def read_source(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Chunk]:
             raw.close()
 
 
+def read_sources(paths: list[str], block_bytes: int = BLOCK_BYTES) -> Iterator[Chunk]:
+    """`read_source` of each path in turn, except that consecutive small JSON lines files (a
+    rotated or bucketed log) are parsed together, up to `block_bytes` at a time
+    (`jsonl.parse_files_together`); the same events, files and lines either way."""
+    group: list[tuple[str, bytes]] = []
+    size = 0
+
+    def flush() -> Iterator[Chunk]:
+        nonlocal group, size
+        files, group, size = group, [], 0
+        together = parse_files_together(files) if len(files) > 1 else None
+        if together is not None:
+            yield together
+            return
+        for name, _ in files:
+            yield from read_source(name, block_bytes)
+
+    for path in paths:
+        small = path != rio.STDIO and path.endswith(".jsonl") and os.path.getsize(path) < block_bytes // 4
+        data = _plain_json(path) if small else None
+        if data is None or size + len(data) > block_bytes:
+            yield from flush()
+        if data is None:
+            yield from read_source(path, block_bytes)
+            continue
+        group.append((path, data))
+        size += len(data)
+    yield from flush()
+
+
+def _plain_json(path: str) -> bytes | None:
+    """The whole content of a JSON lines file of events, or None (gzip, Arrow, a JSON document,
+    an OTel export, empty: the general reader's cases)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if rio.sniff(data[:8]) is not rio.Format.JSON:
+        return None
+    first = data[: data.find(b"\n") + 1 or len(data)].strip()
+    if first in (b"{", b"[") or is_otel(first):
+        return None
+    return data
+
+
 def read_ahead(paths: list[str], block_bytes: int = BLOCK_BYTES, depth: int = 2) -> Iterator[Chunk]:
-    """`read_source` of each path in turn, parsed by a thread up to `depth` chunks ahead of the
+    """`read_sources(paths)`, parsed by a thread up to `depth` chunks ahead of the
     consumer (polars and file reads release the GIL, so parsing block k+1 overlaps whatever
     the consumer does with block k). Same chunks, same order; an error is raised where the
     consumer would have met it, and a consumer that stops early stops the thread."""
@@ -226,10 +269,9 @@ def read_ahead(paths: list[str], block_bytes: int = BLOCK_BYTES, depth: int = 2)
 
     def produce() -> None:
         try:
-            for path in paths:
-                for chunk in read_source(path, block_bytes):
-                    if not put(chunk):
-                        return
+            for chunk in read_sources(paths, block_bytes):
+                if not put(chunk):
+                    return
             put(end)
         except BaseException as e:  # handed to the consumer, raised there
             put(e)
