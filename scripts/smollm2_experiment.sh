@@ -43,7 +43,6 @@ REWARDS="${REWARDS:-experiments/closed_loop/smollm2_rewards.toml}"
 PY=.venv/bin/python
 RL=(.venv/bin/python -m rlcycle)
 W="${SMOL_DIR:-runs/smol2}"   # the split, the start and the probe, shared by every seed
-FAMILIES=(compare default range rename return string)
 log() { printf '[smollm2] %s\n' "$*" >&2; }
 [ -f "$REWARDS" ] || { log "REWARDS=$REWARDS: no such file (a reward spec, e.g. sample_data/rewards.toml)"; exit 2; }
 
@@ -55,41 +54,15 @@ if [ -z "${PLAN:-}" ]; then
   bash scripts/dev.sh vllm
 fi
 
-# --- 1. the split --------------------------------------------------------------------------
-copy_suite() {  # DST SRC PATTERN...: a task suite made once (tmp dir, then rename)
-  local dst="$1" src="$2"; shift 2
-  [ -d "$dst" ] && return 0
-  mkdir -p "$dst.tmp"
-  for p in "$@"; do cp -r "$src"/$p "$dst.tmp"/; done
-  mv "$dst.tmp" "$dst"
-}
-WARM=() TRAFFIC=()
-for f in "${FAMILIES[@]}"; do
-  for v in 00 01 02 03; do WARM+=("edit-$f-$v"); done
-  for v in 04 05 06 07; do TRAFFIC+=("edit-$f-$v"); done
-done
-copy_suite "$W/warm_tasks" sample_data/edit_tasks/train "${WARM[@]}"
-copy_suite "$W/traffic" sample_data/edit_tasks/train "${TRAFFIC[@]}"
+# --- 1-3. the split, the start, vLLM (scripts/smollm2_start.sh) ------------------------------
+source scripts/smollm2_start.sh
+smol_split
 HELDOUT=sample_data/edit_tasks/heldout
-
-# --- 2. the start --------------------------------------------------------------------------
 START="$W/start"
-if [ -z "${PLAN:-}" ] && [ ! -f "$START/config.json" ]; then
-  log "warm start (minutes on 2 cores)"
-  "${RL[@]}" init-model -o "$START" --preset smollm2-135m --warm-start "$W/warm_tasks" --warm-start-steps "$WARM_STEPS" \
-    --set warm_start_batch=4 --set warm_start_schedule=cosine --force
-fi
-
-# --- 3. vLLM -------------------------------------------------------------------------------
 URL="http://127.0.0.1:$PORT"
 if [ -z "${PLAN:-}" ]; then
-  mkdir -p "$W"
-  "${RL[@]}" serve --policy "$START" --port "$PORT" --dtype "$DTYPE" --set log="$W/vllm.log" > "$W/serve.out" &
-  SERVE=$!
-  trap 'kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null || true' EXIT
-  for _ in $(seq 300); do grep -q '^http' "$W/serve.out" 2>/dev/null && break; kill -0 $SERVE || exit 1; sleep 1; done
-  URL="$(grep -m1 '^http' "$W/serve.out")"
-  log "vLLM at $URL"
+  smol_start "$WARM_STEPS"
+  smol_serve "$PORT" "$DTYPE"
 fi
 
 # --- 4. v0's band check ---------------------------------------------------------------------
