@@ -62,17 +62,8 @@ ORDER = (
 )
 
 
-def episode_rates(feats) -> dict[str, dict[str, online.Estimate]]:
-    """The rates an online A/B test reads too, per version (rlcycle/online.py): they need only
-    the features, so distill computes them while the rewards are computed."""
-    return online.summarize(_facts(feats, [*feats.versions, "(none)"])).metrics
-
-
-def per_version(
-    feats, parts: dict[str, np.ndarray], reward: np.ndarray, shared: dict | None = None
-) -> dict[str, dict[str, Any]]:
-    """Metrics of every policy version, in version order (first sample's time, then name);
-    `shared`: `episode_rates(feats)` when already computed."""
+def per_version(feats, parts: dict[str, np.ndarray], reward: np.ndarray) -> dict[str, dict[str, Any]]:
+    """Metrics of every policy version, in version order (first sample's time, then name)."""
     names = [*feats.versions, "(none)"]  # code len(versions): no policy_version
     s, e = feats.samples, feats.episodes
     v = C("_v").fill_null(len(names) - 1)
@@ -83,7 +74,7 @@ def per_version(
         success_rate=C("success").mean(),
     )
     rows = by_e.join(by_s, on="_v", how="left").sort("first", "_v")
-    shared = episode_rates(feats) if shared is None else shared
+    shared = online.summarize(_facts(feats, names)).metrics
     out: dict[str, dict[str, Any]] = {}
     for row in rows.iter_rows(named=True):
         version = names[row.pop("_v")]

@@ -194,31 +194,29 @@ def run(
         config=asdict(config),
     )
     feats = features.build(table, spec, config)
-    # The monitors (monitors.py) read only the features and the rewards: they run in a thread
-    # beside everything else (Arrow, polars and numpy release the GIL).
+    rw = rewards.compute(feats.samples, feats.episodes, table, spec, config.credit)
+    s = feats.samples
+    ep = s.get_column("_ep").to_numpy()
+    groups = advantages.assign(feats.episodes, config.group_keys, config.min_group_size)
+    group = groups.code.astype(np.int32)[ep] if groups.code.size else np.zeros(0, np.int32)
+    no_completion = s.get_column("n_tokens").to_numpy() == 0
+    invalid = s.get_column("n_invalid").to_numpy() > 0
+    discarded = invalid & config.discard_invalid & ~no_completion
+    retried = np.zeros(table.num_rows, bool)
+    if "retried" in table.column_names:
+        retried = table.column("retried").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    no_completion = no_completion & ~retried
+    discarded = discarded & ~retried
+    if config.permute_rewards:
+        permute_rewards(rw, ~no_completion, config.permute_seed)
+        result.notes.append(
+            f"permute_rewards: rewards shuffled among {int((~no_completion).sum()):,} samples "
+            f"(seed {config.permute_seed}): a control run, not a training run"
+        )
+    # The monitors read only the features and the rewards: they run in a thread beside the
+    # advantages, the output columns and the write (Arrow, polars and numpy release the GIL).
     with ThreadPoolExecutor(1) as pool:
-        shared = pool.submit(monitors.episode_rates, feats)
-        rw = rewards.compute(feats.samples, feats.episodes, table, spec, config.credit)
-        s = feats.samples
-        ep = s.get_column("_ep").to_numpy()
-        groups = advantages.assign(feats.episodes, config.group_keys, config.min_group_size)
-        group = groups.code.astype(np.int32)[ep] if groups.code.size else np.zeros(0, np.int32)
-        no_completion = s.get_column("n_tokens").to_numpy() == 0
-        invalid = s.get_column("n_invalid").to_numpy() > 0
-        discarded = invalid & config.discard_invalid & ~no_completion
-        retried = np.zeros(table.num_rows, bool)
-        if "retried" in table.column_names:
-            retried = table.column("retried").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
-        no_completion = no_completion & ~retried
-        discarded = discarded & ~retried
-        if config.permute_rewards:
-            permute_rewards(rw, ~no_completion, config.permute_seed)
-            result.notes.append(
-                f"permute_rewards: rewards shuffled among {int((~no_completion).sum()):,} samples "
-                f"(seed {config.permute_seed}): a control run, not a training run"
-            )
-        # One worker: this runs after episode_rates, whose result it takes.
-        monitored = pool.submit(lambda: monitors.per_version(feats, rw.parts, rw.reward, shared.result()))
+        monitored = pool.submit(monitors.per_version, feats, rw.parts, rw.reward)
         adv = advantages.compute(
             rw.reward,
             group,
