@@ -198,8 +198,8 @@ def test_otel_spans_become_completions(cli, tmp_path):
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 10_000), split=st.integers(1, 5))
-def test_shuffled_event_order_gives_identical_trajectories(tmp_path_factory, seed, split):
+@given(seed=st.integers(0, 10_000), split=st.integers(1, 5), parts=st.sampled_from([1, 4]))
+def test_shuffled_event_order_gives_identical_trajectories(tmp_path_factory, seed, split, parts):
     from conftest import run_cli
 
     tmp = tmp_path_factory.mktemp("shuffle")
@@ -214,7 +214,8 @@ def test_shuffled_event_order_gives_identical_trajectories(tmp_path_factory, see
     for i in range(split):  # spread over several files too
         write_jsonl(tmp / "shuf" / f"{i}.jsonl", shuffled[i * size : (i + 1) * size])
     out = tmp / "out.arrow"
-    r = run_cli(["collect", tmp / "shuf", "-o", out, "--as-of", AS_OF, "-q", "--set", "bucket_bytes=1048576"])
+    sets = ["--set", "bucket_bytes=1048576", "--set", f"min_partitions={parts}"]
+    r = run_cli(["collect", tmp / "shuf", "-o", out, "--as-of", AS_OF, "-q", *sets])
     assert r.exit_code == 0
     assert pl.read_ipc(out).equals(pl.read_ipc(ref))
 

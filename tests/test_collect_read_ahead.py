@@ -1,6 +1,6 @@
-"""collect's pass 1 parses the next block in a thread (`sources.read_ahead`): the same chunks in
-the same order as reading one file after the other, errors where the consumer meets them, and
-a consumer that stops early stops the thread. The JSON lines parser reads collect's fields
+"""collect's pass 1 reads ahead in a thread and parses blocks in parallel (`sources.read_ahead`):
+the same chunks in the same order as reading one file after the other, errors where the
+consumer meets them, and a consumer that stops early stops the threads. The JSON lines parser reads collect's fields
 (`READ_SCHEMA`); the gateway checks every field of the events clients post."""
 
 from __future__ import annotations
@@ -68,13 +68,54 @@ def test_an_error_in_a_later_file_reaches_the_consumer_after_the_earlier_chunks(
     )
 
 
-def test_a_consumer_that_stops_early_stops_the_thread(tmp_path):
+def _ours():
+    return [t.name for t in threading.enumerate() if t.name.startswith("collect-")]
+
+
+def test_a_consumer_that_stops_early_stops_the_threads(tmp_path):
     paths = _logs(tmp_path, 3)
     chunks = sources.read_ahead(paths, 1 << 10, depth=1)
     next(chunks)
-    assert any(t.name == "collect-read-ahead" for t in threading.enumerate())
+    assert "collect-read-ahead" in _ours()
     chunks.close()
-    assert not any(t.name == "collect-read-ahead" for t in threading.enumerate())
+    assert _ours() == []
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_blocks_parsed_in_parallel_come_in_input_order_with_their_lines(tmp_path, workers):
+    """Blocks of 64 KiB over files of several blocks each, a bad line among them: the same
+    chunks, rows, lines and quarantine records as parsing one block after the other."""
+    paths = []
+    for k in range(3):
+        events = [e for i in range(150) for e in episode(f"e{k}-{i}", session=f"s{k}-{i}", turns=3)]
+        extra = ['{"event_id": "bad", "type": '] if k == 1 else []
+        paths.append(str(write_jsonl(tmp_path / f"big-{k}.jsonl", events, extra)))
+    block = 1 << 16
+    want = list(sources.read_sources(paths, block))
+    assert len(want) > 2 * len(paths)  # several blocks per file
+    got = list(sources.read_ahead(paths, block, workers=workers, prepare=lambda c: (c, c.events.height)))
+    assert [n for _, n in got] == [c.events.height for c in want]
+    assert _rows([c for c, _ in got]) == _rows(want)
+    assert [(b.file, b.line, b.reason) for c, _ in got for b in c.bad] == [
+        (b.file, b.line, b.reason) for c in want for b in c.bad
+    ]
+    assert _ours() == []
+
+
+def test_an_error_while_preparing_a_block_reaches_the_consumer_at_that_block(tmp_path):
+    paths = _logs(tmp_path, 3)
+    seen = []
+
+    def prepare(chunk):
+        if paths[1] in chunk.events.get_column("_file").to_list():
+            raise ValueError("boom")
+        return chunk
+
+    with pytest.raises(ValueError, match="boom"):
+        for chunk in sources.read_ahead(paths, 1 << 10, prepare=prepare):
+            seen.append(chunk)
+    assert _rows(seen) == _rows(list(sources.read_source(paths[0], 1 << 10)))  # file 0, then the error
+    assert _ours() == []
 
 
 def test_fields_collect_never_reads_are_not_checked_by_collect_but_are_by_the_gateway():

@@ -65,7 +65,6 @@ READ_SCHEMA: dict[str, pl.DataType] = {k: v for k, v in JSON_SCHEMA.items() if k
 # Epoch-ms bounds that catch seconds passed as milliseconds (and garbage).
 TS_MIN_MS = 946_684_800_000  # 2000-01-01
 TS_MAX_MS = 4_102_444_800_000  # 2100-01-01
-BLOCK_BYTES = 32 << 20
 
 
 @dataclass

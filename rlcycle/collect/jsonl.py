@@ -9,7 +9,8 @@ value (`explain_line`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -36,9 +37,17 @@ TOO_DEEP = "nested too deeply (arrays/objects more than about 1,000 levels deep)
 
 
 def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]:
+    for task in jsonl_tasks(stream, name, block_bytes):
+        yield task()
+
+
+def jsonl_tasks(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Callable[[], Chunk]]:
+    """The work of `read_jsonl` as one task per block, in order: reading the stream and
+    numbering the lines happen here, parsing when a task is called (so blocks can be parsed in
+    parallel: sources.read_ahead). An OTLP/JSON document is read here, in one task."""
     first = first_line(stream)
     if first is not None and is_otel(first):
-        yield from read_otel(stream.read(), name)
+        yield from _ready(read_otel(stream.read(), name))
         return
     if first is None:  # not one object per line: a whole JSON document
         doc = stream.read()
@@ -54,7 +63,7 @@ def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]
                 f"{name}: a JSON document {TOO_DEEP}", hint="events are one JSON object per line"
             ) from None
         if isinstance(obj, dict) and "resourceSpans" in obj:
-            yield from read_otel(doc, name)
+            yield from _ready(read_otel(doc, name))
             return
         raise InputError(
             f"{name}: a JSON document that is not an OTLP/JSON trace export",
@@ -76,15 +85,35 @@ def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]
                 continue
         else:
             tail = b""
-        chunk = parse_block(block, name, line_no)
-        line_no += chunk.lines_read  # counted once, by parse_block
-        yield chunk
+        n_lines = count_lines(block)
+        yield partial(parse_block, block, name, line_no, n_lines=n_lines)
+        line_no += n_lines
     if tail.strip():  # no newline at the end: a line cut by a crash, or one still being written
-        chunk = parse_block(tail + b"\n", name, line_no)
-        for bad in chunk.bad:  # skipped and counted (quarantined), with a reason that says so
-            if bad.reason.startswith("malformed JSON"):
-                bad.reason = f"{TRUNCATED_LAST} ({bad.reason})"
-        yield chunk
+        yield partial(_parse_last, tail + b"\n", name, line_no)
+
+
+def _parse_last(block: bytes, name: str, first_line_index: int) -> Chunk:
+    """The last line of an input that does not end with a newline: skipped and counted
+    (quarantined) when it does not parse, with a reason that says it was cut."""
+    chunk = parse_block(block, name, first_line_index)
+    for bad in chunk.bad:
+        if bad.reason.startswith("malformed JSON"):
+            bad.reason = f"{TRUNCATED_LAST} ({bad.reason})"
+    return chunk
+
+
+def _ready(chunks: Iterator[Chunk]) -> Iterator[Callable[[], Chunk]]:
+    for chunk in chunks:
+        yield done(chunk)
+
+
+def done(chunk: Chunk) -> Callable[[], Chunk]:
+    """A chunk already read, as a task."""
+    return lambda: chunk
+
+
+def count_lines(block: bytes) -> int:
+    return block.count(b"\n") + (0 if block.endswith(b"\n") or not block else 1)
 
 
 def first_line(stream: Any) -> bytes | None:
@@ -103,11 +132,14 @@ def is_otel(line: bytes) -> bool:
     return b'"resourceSpans"' in line[:4096]
 
 
-def parse_block(block: bytes, name: str, first_line_index: int, schema: dict | None = None) -> Chunk:
+def parse_block(
+    block: bytes, name: str, first_line_index: int, schema: dict | None = None, n_lines: int | None = None
+) -> Chunk:
     """Parse a block of whole lines; `first_line_index` is the 0-based index of its first line.
-    `schema`: the fields parsed and checked (default collect's READ_SCHEMA)."""
+    `schema`: the fields parsed and checked (default collect's READ_SCHEMA); `n_lines`: its
+    line count, when the caller has it already."""
     schema = schema or READ_SCHEMA
-    n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") or not block else 1)
+    n_lines = count_lines(block) if n_lines is None else n_lines
     events = _parse_whole(block, first_line_index, n_lines, schema)
     numbered = None
     bad: list[BadRecord] = []

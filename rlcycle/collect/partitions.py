@@ -76,30 +76,36 @@ class Partitioner:
     (buckets.bucket_expr): the partitions are *ranges* of the hash, so writing them in order,
     each sorted by hash, gives one global order whatever N is (the same output for a file and
     for stdin, and for a bucketed log).
+
+    Splitting a block (`pieces`) touches no state, so blocks are split in parallel as they are
+    parsed (sources.read_ahead); `add` writes one block's pieces, blocks in input order.
     """
 
     def __init__(self, root: Path, n: int):
         self.root, self.n = root, n
         self._writers: dict[int, tuple[Any, Any]] = {}
 
-    def add(self, events: pl.DataFrame) -> None:
+    def pieces(self, events: pl.DataFrame) -> list[tuple[int, pa.Table]]:
+        """A block's events split by partition, each piece as Arrow (to_arrow copies it into
+        buffers of its own)."""
         events = events.select(KEEP)
+        if not events.height:
+            return []
         if self.n == 1:
-            self._write(0, events)
-            return
+            return [(0, events.to_arrow())]
         part = bucket_expr(self.n).alias("_part")
-        for (idx,), group in events.with_columns(part).partition_by("_part", as_dict=True).items():
-            self._write(int(idx), group.drop("_part"))
+        groups = events.with_columns(part).partition_by("_part", as_dict=True)
+        return [(int(idx), group.drop("_part").to_arrow()) for (idx,), group in groups.items()]
+
+    def add(self, pieces: list[tuple[int, pa.Table]]) -> None:
+        for idx, table in pieces:
+            if idx not in self._writers:
+                sink = pa.OSFile(str(self.path(idx)), "wb")
+                self._writers[idx] = (sink, ipc.new_stream(sink, table.schema))
+            self._writers[idx][1].write_table(table)
 
     def path(self, idx: int) -> Path:
         return self.root / f"part-{idx:05d}.arrows"
-
-    def _write(self, idx: int, df: pl.DataFrame) -> None:
-        table = df.to_arrow()
-        if idx not in self._writers:
-            sink = pa.OSFile(str(self.path(idx)), "wb")
-            self._writers[idx] = (sink, ipc.new_stream(sink, table.schema))
-        self._writers[idx][1].write_table(table)
 
     def close(self) -> None:
         for sink, writer in self._writers.values():

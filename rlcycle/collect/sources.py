@@ -28,7 +28,8 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -40,10 +41,13 @@ import pyarrow.parquet as pq
 from rlcycle import io as rio
 from rlcycle.collect.arrow import read_arrow
 from rlcycle.collect.events import Chunk, empty_events
-from rlcycle.collect.jsonl import first_line, is_otel, parse_files_together, read_jsonl
+from rlcycle.collect.jsonl import done, first_line, is_otel, jsonl_tasks, parse_files_together
 from rlcycle.errors import InputError
 
-BLOCK_BYTES = 32 << 20
+# Bytes of JSON lines per block. Not more than 16 MiB: glibc serves each buffer of 32 MiB or more
+# (where its mmap threshold tops out) from fresh pages of its own mmap, so every block costs
+# page faults again; smaller ones reuse the heap (docs/performance.md, "page faults").
+BLOCK_BYTES = 16 << 20
 
 
 # What rlcycle writes beside its outputs (by exact name, then by ending): never event logs.
@@ -180,6 +184,13 @@ def _arrow_columns(path: str, stream: Any, fmt: rio.Format, gzipped: bool) -> li
 
 def read_source(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Chunk]:
     """Chunks of normalised events from one input, whatever its format."""
+    for task in source_tasks(path, block_bytes):
+        yield task()
+
+
+def source_tasks(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Callable[[], Chunk]]:
+    """`read_source` as tasks, one per chunk, in order: reading happens here, and a JSON lines
+    block is parsed when its task is called (jsonl.jsonl_tasks)."""
     name = "<stdin>" if path == rio.STDIO else path
     raw: BinaryIO = rio.open_binary(path)
     stream = _buffered(raw)
@@ -191,11 +202,12 @@ def read_source(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Chunk]:
             head = _peek(stream, 8)
             fmt = rio.sniff(head)
         if fmt is rio.Format.EMPTY:
-            yield Chunk(empty_events())
+            yield done(Chunk(empty_events()))
         elif fmt is rio.Format.JSON:
-            yield from read_jsonl(stream, name, block_bytes)
+            yield from jsonl_tasks(stream, name, block_bytes)
         elif fmt in (rio.Format.ARROW_FILE, rio.Format.ARROW_STREAM, rio.Format.PARQUET):
-            yield from read_arrow(stream, name, fmt)
+            for chunk in read_arrow(stream, name, fmt):
+                yield done(chunk)
         else:
             raise InputError(
                 f"{name}: not JSON lines, Arrow, Parquet or OTel JSON (first bytes {head[:8]!r})",
@@ -210,18 +222,25 @@ def read_sources(paths: list[str], block_bytes: int = BLOCK_BYTES) -> Iterator[C
     """`read_source` of each path in turn, except that consecutive small JSON lines files (a
     rotated or bucketed log) are parsed together, up to `block_bytes` at a time
     (`jsonl.parse_files_together`); the same events, files and lines either way."""
+    for task in _tasks(paths, block_bytes):
+        yield task()
+
+
+def _tasks(paths: list[str], block_bytes: int) -> Iterator[Callable[[], Chunk]]:
+    """`read_sources` as tasks (`source_tasks`). A group of small files is parsed together
+    here, when the group is complete: only if that fails are its files read one by one."""
     group: list[tuple[str, bytes]] = []
     size = 0
 
-    def flush() -> Iterator[Chunk]:
+    def flush() -> Iterator[Callable[[], Chunk]]:
         nonlocal group, size
         files, group, size = group, [], 0
         together = parse_files_together(files) if len(files) > 1 else None
         if together is not None:
-            yield together
+            yield done(together)
             return
         for name, _ in files:
-            yield from read_source(name, block_bytes)
+            yield from source_tasks(name, block_bytes)
 
     for path in paths:
         small = path != rio.STDIO and path.endswith(".jsonl") and os.path.getsize(path) < block_bytes // 4
@@ -229,7 +248,7 @@ def read_sources(paths: list[str], block_bytes: int = BLOCK_BYTES) -> Iterator[C
         if data is None or size + len(data) > block_bytes:
             yield from flush()
         if data is None:
-            yield from read_source(path, block_bytes)
+            yield from source_tasks(path, block_bytes)
             continue
         group.append((path, data))
         size += len(data)
@@ -249,19 +268,32 @@ def _plain_json(path: str) -> bytes | None:
     return data
 
 
-def read_ahead(paths: list[str], block_bytes: int = BLOCK_BYTES, depth: int = 2) -> Iterator[Chunk]:
-    """`read_sources(paths)`, parsed by a thread up to `depth` chunks ahead of the
-    consumer (polars and file reads release the GIL, so parsing block k+1 overlaps whatever
-    the consumer does with block k). Same chunks, same order; an error is raised where the
-    consumer would have met it, and a consumer that stops early stops the thread."""
-    chunks: queue.Queue = queue.Queue(maxsize=depth)
+def read_ahead(
+    paths: list[str],
+    block_bytes: int = BLOCK_BYTES,
+    depth: int = 2,
+    workers: int = 2,
+    prepare: Callable[[Chunk], Any] | None = None,
+) -> Iterator[Any]:
+    """`read_sources(paths)`, read by a thread and parsed by `workers` threads at once, up to
+    `depth` chunks ahead of the consumer (polars and file reads release the GIL, so block k+1
+    parses while block k is parsed or consumed). Each chunk goes through `prepare` (in the
+    worker, so that work runs in parallel too) and the consumer gets `prepare(chunk)` (default:
+    the chunk). Same chunks, same order; an error is raised where the consumer would have met
+    it, and a consumer that stops early stops the threads."""
+    pending: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="collect-parse")
+
+    def work(task: Callable[[], Chunk]) -> Any:
+        chunk = task()
+        return chunk if prepare is None else prepare(chunk)
 
     def put(item: Any) -> bool:
         while not stop.is_set():
             try:
-                chunks.put(item, timeout=0.1)
+                pending.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
@@ -269,8 +301,8 @@ def read_ahead(paths: list[str], block_bytes: int = BLOCK_BYTES, depth: int = 2)
 
     def produce() -> None:
         try:
-            for chunk in read_sources(paths, block_bytes):
-                if not put(chunk):
+            for task in _tasks(paths, block_bytes):
+                if stop.is_set() or not put(pool.submit(work, task)):
                     return
             put(end)
         except BaseException as e:  # handed to the consumer, raised there
@@ -280,15 +312,20 @@ def read_ahead(paths: list[str], block_bytes: int = BLOCK_BYTES, depth: int = 2)
     thread.start()
     try:
         while True:
-            item = chunks.get()
+            item = pending.get()
             if item is end:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item
+            yield item.result()
     finally:
         stop.set()
         thread.join()
+        while not pending.empty():
+            item = pending.get_nowait()
+            if isinstance(item, Future):
+                item.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _peek(stream: Any, n: int) -> bytes:

@@ -9,12 +9,12 @@ Out: `trajectories.arrow` (the `trajectories` contract), bad records in
 
     rlcycle collect sample_data/events -o runs/demo/trajectories.arrow
 
-How it keeps memory bounded: pass 1 parses the input in blocks and appends each valid event to
-one of N partition files on disk, chosen by a hash of its `session_id` (every event of an
-episode carries the same session, so each partition joins on its own). N grows with the input
-size (`bucket_bytes` of input per partition; at least `min_partitions`). Pass 2 joins one
-partition at a time in memory and appends its trajectories to the output. Peak memory is about
-one partition, whatever the input size.
+How it keeps memory bounded: pass 1 parses the input in blocks (two at a time) and appends each
+valid event to one of N partition files on disk, chosen by a hash of its `session_id` (every
+event of an episode carries the same session, so each partition joins on its own). N grows with
+the input size (`bucket_bytes` of input per partition; at least `min_partitions`). Pass 2 joins
+`join_workers` partitions at a time in memory and appends their trajectories to the output.
+Peak memory is about that many partitions, whatever the input size.
 
 Where pass 2 runs (`executor`): here, or one Ray task per partition (collect/ray_join.py; pass 1
 stays here) with the same output, byte for byte, and the same counts. A log the gateway wrote
@@ -59,7 +59,7 @@ from rlcycle.collect import redact
 from rlcycle.collect.buckets import read_layout
 from rlcycle.collect.events import BadRecord, Chunk
 from rlcycle.collect.partitions import Job, Joined, JoinSettings, Partitioner, add_counts, run_job
-from rlcycle.collect.sources import expand_inputs, not_events, read_ahead
+from rlcycle.collect.sources import BLOCK_BYTES, expand_inputs, not_events, read_ahead
 from rlcycle.config import cfg, check_range
 from rlcycle.console import Progress
 from rlcycle.errors import InputError
@@ -85,7 +85,11 @@ class CollectConfig:
     redact: bool = cfg(True, help="Redact secrets in text fields before anything is written.")
     secret_patterns: dict[str, str] = cfg({}, help="Extra secret patterns to redact: name = regex.")
     bucket_bytes: int = cfg(256 << 20, help="Input bytes per join partition (lower: less memory, more files).")
-    block_bytes: int = cfg(32 << 20, help="Bytes of JSON lines parsed per block.")
+    block_bytes: int = cfg(
+        BLOCK_BYTES,
+        help="Bytes of JSON lines parsed per block (docs/performance.md: why not bigger).",
+    )
+    parse_workers: int = cfg(2, help="Blocks parsed at once in pass 1 (threads; each holds one block).")
     min_partitions: int = cfg(
         1, help="Join in at least this many partitions (rounded up to a power of two); with executor=ray: parallelism."
     )
@@ -114,7 +118,7 @@ class CollectConfig:
         check_range(problems, self, "maturity_s", ge=0)
         check_range(problems, self, "bucket_bytes", ge=1 << 20)  # 1 MiB
         check_range(problems, self, "block_bytes", ge=1 << 16)  # 64 KiB
-        check_range(problems, self, ("min_partitions", "join_workers"), ge=1)
+        check_range(problems, self, ("min_partitions", "join_workers", "parse_workers"), ge=1)
         if self.executor not in EXECUTORS:
             problems.append(f"executor={self.executor!r}: one of {', '.join(EXECUTORS)}")
         return problems
@@ -257,8 +261,10 @@ def _collect_flat(config: CollectConfig, inputs: list[str], out: str, qwriter, p
     result.partitions = n_parts
     with rio.scratch_dir(_workdir_name(out)) as tmp:
         parts = Partitioner(tmp, n_parts)
-        for chunk in read_ahead(files, config.block_bytes):  # the next block parses meanwhile
-            _take_chunk(chunk, result, parts, qwriter, patterns, config.strict)
+        # Blocks are parsed and split by partition in parallel, and taken in input order.
+        split = lambda chunk: (chunk, parts.pieces(chunk.events))  # noqa: E731
+        for chunk, pieces in read_ahead(files, config.block_bytes, workers=config.parse_workers, prepare=split):
+            _take_chunk(chunk, pieces, result, parts, qwriter, patterns, config.strict)
             progress.update(events=result.events_in, quarantined=result.quarantined)
         parts.close()
         crash_point("collect:partitioned")  # fault injection: a kill -9 with partitions on disk
@@ -310,14 +316,13 @@ def _event_logs(found) -> tuple[list[str], list[dict[str, str]]]:
     return files, sorted(skipped, key=lambda s: s["file"])
 
 
-def _take_chunk(chunk: Chunk, result: CollectResult, parts: Partitioner, qwriter, patterns, strict) -> None:
+def _take_chunk(chunk: Chunk, pieces, result: CollectResult, parts: Partitioner, qwriter, patterns, strict) -> None:
     result.bytes_read += chunk.bytes_read
     result.lines_read += chunk.lines_read
     if chunk.bad:
         _quarantine(chunk.bad, result, qwriter, patterns, strict)
-    if chunk.events.height:
-        result.events_in += chunk.events.height
-        parts.add(chunk.events)
+    result.events_in += chunk.events.height
+    parts.add(pieces)
 
 
 # A quarantined record is kept for a person to read, not to be replayed: past this many
