@@ -44,7 +44,8 @@ def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]
 def jsonl_tasks(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Callable[[], Chunk]]:
     """The work of `read_jsonl` as one task per block, in order: reading the stream and
     numbering the lines happen here, parsing when a task is called (so blocks can be parsed in
-    parallel: sources.read_ahead). An OTLP/JSON document is read here, in one task."""
+    parallel: sources.read_ahead). An OTLP/JSON document is read here; its chunks come as tasks
+    that are already done."""
     first = first_line(stream)
     if first is not None and is_otel(first):
         yield from _ready(read_otel(stream.read(), name))

@@ -46,7 +46,7 @@ from rlcycle.errors import InputError
 
 # Bytes of JSON lines per block. Not more than 16 MiB: glibc serves each buffer of 32 MiB or more
 # (where its mmap threshold tops out) from fresh pages of its own mmap, so every block costs
-# page faults again; smaller ones reuse the heap (docs/performance.md, "page faults").
+# page faults again; smaller ones reuse the heap (docs/performance.md, "2026-12-07").
 BLOCK_BYTES = 16 << 20
 
 

@@ -9,12 +9,12 @@ Out: `trajectories.arrow` (the `trajectories` contract), bad records in
 
     rlcycle collect sample_data/events -o runs/demo/trajectories.arrow
 
-How it keeps memory bounded: pass 1 parses the input in blocks (two at a time) and appends each
-valid event to one of N partition files on disk, chosen by a hash of its `session_id` (every
-event of an episode carries the same session, so each partition joins on its own). N grows with
-the input size (`bucket_bytes` of input per partition; at least `min_partitions`). Pass 2 joins
-`join_workers` partitions at a time in memory and appends their trajectories to the output.
-Peak memory is about that many partitions, whatever the input size.
+How it keeps memory bounded: pass 1 parses the input in blocks (`parse_workers` at once) and
+appends each valid event to one of N partition files on disk, chosen by a hash of its
+`session_id` (every event of an episode carries the same session, so each partition joins on its
+own). N grows with the input size (`bucket_bytes` of input per partition; at least
+`min_partitions`). Pass 2 joins `join_workers` partitions at a time in memory and appends their
+trajectories to the output. Peak memory is about that many partitions, whatever the input size.
 
 Where pass 2 runs (`executor`): here, or one Ray task per partition (collect/ray_join.py; pass 1
 stays here) with the same output, byte for byte, and the same counts. A log the gateway wrote
