@@ -1,7 +1,8 @@
 """collect's pass 1 reads ahead in a thread and parses blocks in parallel (`sources.read_ahead`):
 the same chunks in the same order as reading one file after the other, errors where the
-consumer meets them, and a consumer that stops early stops the threads. The JSON lines parser reads collect's fields
-(`READ_SCHEMA`); the gateway checks every field of the events clients post."""
+consumer meets them, and a consumer that stops early stops the threads. The JSON lines parser
+reads collect's fields (`READ_SCHEMA`); the gateway checks every field of the events clients
+post."""
 
 from __future__ import annotations
 
