@@ -48,7 +48,7 @@ def jsonl_tasks(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Calla
     that are already done."""
     first = first_line(stream)
     if first is not None and is_otel(first):
-        yield from _ready(read_otel(stream.read(), name))
+        yield from ready(read_otel(stream.read(), name))
         return
     if first is None:  # not one object per line: a whole JSON document
         doc = stream.read()
@@ -64,7 +64,7 @@ def jsonl_tasks(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Calla
                 f"{name}: a JSON document {TOO_DEEP}", hint="events are one JSON object per line"
             ) from None
         if isinstance(obj, dict) and "resourceSpans" in obj:
-            yield from _ready(read_otel(doc, name))
+            yield from ready(read_otel(doc, name))
             return
         raise InputError(
             f"{name}: a JSON document that is not an OTLP/JSON trace export",
@@ -103,7 +103,8 @@ def _parse_last(block: bytes, name: str, first_line_index: int) -> Chunk:
     return chunk
 
 
-def _ready(chunks: Iterator[Chunk]) -> Iterator[Callable[[], Chunk]]:
+def ready(chunks: Iterator[Chunk]) -> Iterator[Callable[[], Chunk]]:
+    """Chunks already read (by a reader that is not split into tasks), as tasks."""
     for chunk in chunks:
         yield done(chunk)
 

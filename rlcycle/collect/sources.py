@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from rlcycle import io as rio
 from rlcycle.collect.arrow import read_arrow
 from rlcycle.collect.events import Chunk, empty_events
-from rlcycle.collect.jsonl import done, first_line, is_otel, jsonl_tasks, parse_files_together
+from rlcycle.collect.jsonl import done, first_line, is_otel, jsonl_tasks, parse_files_together, ready
 from rlcycle.errors import InputError
 
 # Bytes of JSON lines per block. Not more than 16 MiB: glibc serves each buffer of 32 MiB or more
@@ -206,8 +206,7 @@ def source_tasks(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Callable
         elif fmt is rio.Format.JSON:
             yield from jsonl_tasks(stream, name, block_bytes)
         elif fmt in (rio.Format.ARROW_FILE, rio.Format.ARROW_STREAM, rio.Format.PARQUET):
-            for chunk in read_arrow(stream, name, fmt):
-                yield done(chunk)
+            yield from ready(read_arrow(stream, name, fmt))
         else:
             raise InputError(
                 f"{name}: not JSON lines, Arrow, Parquet or OTel JSON (first bytes {head[:8]!r})",

@@ -262,8 +262,13 @@ def _collect_flat(config: CollectConfig, inputs: list[str], out: str, qwriter, p
     with rio.scratch_dir(_workdir_name(out)) as tmp:
         parts = Partitioner(tmp, n_parts)
         # Blocks are parsed and split by partition in parallel, and taken in input order.
-        split = lambda chunk: (chunk, parts.pieces(chunk.events))  # noqa: E731
-        for chunk, pieces in read_ahead(files, config.block_bytes, workers=config.parse_workers, prepare=split):
+        blocks = read_ahead(
+            files,
+            config.block_bytes,
+            workers=config.parse_workers,
+            prepare=lambda chunk: (chunk, parts.pieces(chunk.events)),
+        )
+        for chunk, pieces in blocks:
             _take_chunk(chunk, pieces, result, parts, qwriter, patterns, config.strict)
             progress.update(events=result.events_in, quarantined=result.quarantined)
         parts.close()
