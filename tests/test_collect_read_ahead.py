@@ -11,7 +11,7 @@ import threading
 import pytest
 from events_factory import episode, write_jsonl
 
-from rlcycle.collect import sources
+from rlcycle.collect import jsonl, sources
 from rlcycle.collect.events import JSON_SCHEMA
 from rlcycle.collect.jsonl import parse_block
 from rlcycle.errors import InputError
@@ -127,3 +127,45 @@ def test_fields_collect_never_reads_are_not_checked_by_collect_but_are_by_the_ga
     assert parse_block(line, "f", 0).events.height == 1  # collect: duration_ms is never read
     bad = parse_block(line, "f", 0, schema=JSON_SCHEMA).bad
     assert len(bad) == 1 and "duration_ms" in bad[0].reason
+
+
+@pytest.mark.parametrize("last_newline", [True, False])
+def test_a_file_read_in_blocks_that_end_at_line_ends_gives_what_a_stream_gives(tmp_path, monkeypatch, last_newline):
+    """A plain file's blocks are cut at a line's end before they are read (`jsonl._line_end`,
+    positioned reads); a gzip file is a stream, read and then completed to its line's end. Both
+    give the same rows, lines, byte and line counts and quarantine records — with a line longer
+    than the 64 KiB probe, a bad line and, in one case, no newline at the end."""
+    import gzip
+
+    events = [e for i in range(120) for e in episode(f"e{i}", session=f"s{i}", turns=3)]
+    events[40]["followup_text"] = "x" * 200_000  # a line longer than one probe and than a block
+    data = write_jsonl(tmp_path / "plain.jsonl", events, ['{"event_id": "bad", "type": ']).read_bytes()
+    data = data if last_newline else data + b'{"event_id": "cut", "ty'
+    plain = tmp_path / "plain.jsonl"
+    plain.write_bytes(data)
+    packed = tmp_path / "packed.jsonl.gz"
+    packed.write_bytes(gzip.compress(data))
+    block = 1 << 16
+    cuts = []
+    line_end = jsonl._line_end
+    monkeypatch.setattr(jsonl, "_line_end", lambda fd, pos: cuts.append(pos) or line_end(fd, pos))
+    want = list(sources.read_source(str(packed), block))
+    assert cuts == []  # a stream: no positioned reads
+    got = list(sources.read_source(str(plain), block))
+    assert len(got) > 4 and len(cuts) >= len(got) - 1  # several blocks, each cut before it was read
+    assert _rows(got) == [{**r, "_file": str(plain)} for r in _rows(want)]
+    assert [(c.bytes_read, c.lines_read) for c in got] == [(c.bytes_read, c.lines_read) for c in want]
+    assert [(b.line, b.reason) for c in got for b in c.bad] == [(b.line, b.reason) for c in want for b in c.bad]
+    assert len([b for c in got for b in c.bad]) == (1 if last_newline else 2)
+
+
+@pytest.mark.parametrize("size", [0, 1, (1 << 18) - 1, 1 << 18, (1 << 20) + 3])
+def test_lines_are_counted_as_bytes_count_counts_them(size):
+    import random
+
+    from rlcycle.collect.jsonl import count_lines
+
+    rng = random.Random(size)
+    body = bytes(rng.choice(b"ab\n") for _ in range(size))
+    for block in (body, body + b"\n", body + b"x"):
+        assert count_lines(block) == block.count(b"\n") + (0 if not block or block.endswith(b"\n") else 1)

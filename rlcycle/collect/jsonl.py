@@ -9,6 +9,7 @@ value (`explain_line`).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, BinaryIO
@@ -36,16 +37,17 @@ TRUNCATED_LAST = "truncated last line (no newline at the end: the writer crashed
 TOO_DEEP = "nested too deeply (arrays/objects more than about 1,000 levels deep)"
 
 
-def read_jsonl(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Chunk]:
-    for task in jsonl_tasks(stream, name, block_bytes):
+def read_jsonl(stream: BinaryIO, name: str, block_bytes: int, fd: int | None = None) -> Iterator[Chunk]:
+    for task in jsonl_tasks(stream, name, block_bytes, fd):
         yield task()
 
 
-def jsonl_tasks(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Callable[[], Chunk]]:
+def jsonl_tasks(stream: BinaryIO, name: str, block_bytes: int, fd: int | None = None) -> Iterator[Callable[[], Chunk]]:
     """The work of `read_jsonl` as one task per block, in order: reading the stream and
     numbering the lines happen here, parsing when a task is called (so blocks can be parsed in
     parallel: sources.read_ahead). An OTLP/JSON document is read here; its chunks come as tasks
-    that are already done."""
+    that are already done. `fd`: the descriptor of the regular file `stream` reads, if it is
+    one (uncompressed): each block then ends at a line's end as it is read (`_line_end`)."""
     first = first_line(stream)
     if first is not None and is_otel(first):
         yield from ready(read_otel(stream.read(), name))
@@ -73,11 +75,15 @@ def jsonl_tasks(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Calla
     line_no = 0
     tail = b""
     while True:
-        data = stream.read(block_bytes)
+        if fd is not None:
+            pos = stream.tell()
+            data = stream.read(_line_end(fd, pos + block_bytes - 1) - pos)
+        else:
+            data = stream.read(block_bytes)
+            if data and not data.endswith(b"\n"):
+                data += stream.readline()  # the rest of the last line: whole lines (one more copy)
         if not data:
             break
-        if not data.endswith(b"\n"):
-            data += stream.readline()  # the rest of the last line: whole lines, one copy
         block = tail + data if tail else data
         if not block.endswith(b"\n"):  # the end of the input, without a newline
             cut = block.rfind(b"\n")
@@ -91,6 +97,22 @@ def jsonl_tasks(stream: BinaryIO, name: str, block_bytes: int) -> Iterator[Calla
         line_no += n_lines
     if tail.strip():  # no newline at the end: a line cut by a crash, or one still being written
         yield partial(_parse_last, tail + b"\n", name, line_no)
+
+
+def _line_end(fd: int, pos: int) -> int:
+    """The offset just past the first newline at or after `pos` in the file `fd` (its end if
+    none): where a block that reaches `pos` must end to hold whole lines. Found with small
+    positioned reads before the block is read, so the block is read into one buffer of its
+    final size and never copied to append its last line (a 16 MiB copy per block, ~10 % of
+    collect's page faults)."""
+    while True:
+        probe = os.pread(fd, 1 << 16, pos)
+        if not probe:
+            return pos
+        cut = probe.find(b"\n")
+        if cut >= 0:
+            return pos + cut + 1
+        pos += len(probe)
 
 
 def _parse_last(block: bytes, name: str, first_line_index: int) -> Chunk:
@@ -115,7 +137,16 @@ def done(chunk: Chunk) -> Callable[[], Chunk]:
 
 
 def count_lines(block: bytes) -> int:
-    return block.count(b"\n") + (0 if block.endswith(b"\n") or not block else 1)
+    return _newlines(block) + (0 if block.endswith(b"\n") or not block else 1)
+
+
+def _newlines(block: bytes, step: int = 1 << 18) -> int:
+    """`block.count(b"\\n")`, ~3x faster on a large block: numpy compares 256 KiB at a time (a
+    temporary that stays in cache) where bytes.count goes byte by byte."""
+    if len(block) < step:
+        return block.count(b"\n")
+    data = np.frombuffer(block, np.uint8)
+    return sum(int(np.count_nonzero(data[i : i + step] == 10)) for i in range(0, data.size, step))
 
 
 def first_line(stream: Any) -> bytes | None:

@@ -26,6 +26,7 @@ import io
 import json
 import os
 import queue
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -204,7 +205,8 @@ def source_tasks(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Callable
         if fmt is rio.Format.EMPTY:
             yield done(Chunk(empty_events()))
         elif fmt is rio.Format.JSON:
-            yield from jsonl_tasks(stream, name, block_bytes)
+            plain = raw is stream.raw and raw is not sys.stdin.buffer and _regular(raw)  # not gzip, not a pipe
+            yield from jsonl_tasks(stream, name, block_bytes, raw.fileno() if plain else None)
         elif fmt in (rio.Format.ARROW_FILE, rio.Format.ARROW_STREAM, rio.Format.PARQUET):
             yield from ready(read_arrow(stream, name, fmt))
         else:
@@ -325,6 +327,14 @@ def read_ahead(
             if isinstance(item, Future):
                 item.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _regular(raw: Any) -> bool:
+    """Whether `raw` is an open regular file (positioned reads work, and its size is known)."""
+    try:
+        return stat.S_ISREG(os.fstat(raw.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def _peek(stream: Any, n: int) -> bytes:
