@@ -194,8 +194,11 @@ def _rules() -> list[tuple[pl.Expr, pl.Expr]]:
 
 
 def split_invalid(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(valid rows, invalid rows with a `_reason`): the first failing rule names the reason."""
+    """(valid rows, invalid rows with a `_reason`): the first failing rule names the reason.
+    The reasons (text formatted per row) are built only when some row breaks a rule."""
     rules = _rules()
+    if not df.select(pl.any_horizontal(cond.fill_null(False) for cond, _ in rules).any()).item():
+        return df, df.clear().with_columns(pl.lit(None, pl.String).alias("_reason"))
     cond, reason = rules[0]
     expr = pl.when(cond.fill_null(False)).then(reason)
     for cond, reason in rules[1:]:

@@ -21,10 +21,13 @@ SESSION_HASH = pl.col("session_id").hash(seed=7)
 
 
 def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, result, bad=None) -> pl.DataFrame:
-    n_before = events.height
-    events = _first_of_each(events, "event_id")
-    result.duplicates += n_before - events.height
-    split = events.partition_by("type", as_dict=True)  # one pass, not one filter per type
+    # One pass over the events (their token lists are the bulk): the repeats of an event id
+    # are split off with the types, into a group of their own that nothing reads.
+    first = _first_rows(events, "event_id")
+    if first is not None:
+        result.duplicates += int((~first).sum())
+        events = events.with_columns(pl.when(first).then(pl.col("type")).alias("type"))
+    split = events.partition_by("type", as_dict=True)
     by_type = {
         t: split.get((t,), events.clear())
         for t in ("completion", "tool_result", "edit_outcome", "user_message", "feedback")
@@ -81,14 +84,20 @@ def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
 
 
 def _first_of_each(df: pl.DataFrame, key: str) -> pl.DataFrame:
-    """One row per `key`: the earliest by (ts, key), whatever order the rows arrived in.
+    """One row per `key`: the earliest by (ts, key), whatever order the rows arrived in."""
+    first = _first_rows(df, key)
+    return df if first is None else df.filter(first)
+
+
+def _first_rows(df: pl.DataFrame, key: str) -> pl.Series | None:
+    """Which rows `_first_of_each` keeps, or None when no key repeats (then all of them).
 
     Duplicates are rare, so the common case costs one hash pass; when there are some, only the
     rows whose key repeats are sorted, (key, ts, row) of them — never the token-id lists.
     """
     repeated = df.get_column(key).is_duplicated()
     if not repeated.any():
-        return df
+        return None
     rows = pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i")
     first = (
         df.select(rows, key, "ts_ms")
@@ -97,8 +106,7 @@ def _first_of_each(df: pl.DataFrame, key: str) -> pl.DataFrame:
         .unique(key, keep="first", maintain_order=True)
         .get_column("_i")
     )
-    keep = pl.concat([df.select(rows).filter(~repeated).to_series(), first]).sort()
-    return df[keep]
+    return ~repeated.scatter(first, False)
 
 
 def _tool_calls(comp, results, outcomes, config, patterns, result):
