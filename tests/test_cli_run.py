@@ -145,14 +145,16 @@ def test_json_goes_to_stderr_when_the_data_has_stdout(cli, tmp_path):
 
 @pytest.mark.parametrize("user_value", [None, "dirty_decay_ms:0"])
 def test_the_cli_sets_polars_allocator_before_polars_loads_and_keeps_a_users_value(user_value):
-    """rlcycle.cli keeps freed pages 5 s in polars' jemalloc (`_RJEM_MALLOC_CONF`, read once when
-    polars loads): importing the CLI must not load polars first, and a value the user set wins."""
+    """rlcycle.cli keeps freed pages 5 s in polars' jemalloc (`_RJEM_MALLOC_CONF`, read when
+    polars loads, which appends it to its own defaults): importing the CLI must not load polars
+    first, and a value the user set wins. (This process has loaded polars, which rewrote the
+    variable: the child gets an environment without it.)"""
     from rlcycle.cli import ALLOCATOR
 
     env = {k: v for k, v in os.environ.items() if k != ALLOCATOR[0]}
     if user_value:
         env[ALLOCATOR[0]] = user_value
     code = f"import os, sys, rlcycle.cli; print('polars' in sys.modules, os.environ.get({ALLOCATOR[0]!r}))"
-    out = _shell([sys.executable, "-c", code], env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", user_value or ALLOCATOR[1]]

@@ -24,7 +24,7 @@ import typer
 from rlcycle import __version__
 from rlcycle.errors import EXIT_FAILURE, EXIT_INTERRUPTED, RlcycleError
 
-# polars' allocator (jemalloc, configured by `_RJEM_MALLOC_CONF` when polars loads) gives freed
+# polars' allocator (jemalloc; polars reads `_RJEM_MALLOC_CONF` after its own defaults) gives freed
 # pages back to the kernel after 0.5-1 s; a stage that frees and refills hundreds of MB a second
 # then takes a page fault per 4 KiB and a TLB shootdown per purge, every time. The CLI keeps
 # freed pages for 5 s instead (collect: ~6 % faster, peak RSS ~10 % higher; docs/performance.md).

@@ -108,13 +108,13 @@ def normalise(df: pl.DataFrame, name: str) -> pl.DataFrame:
     # The common cases first, without regexes: every ts is UTC with a Z, as the gateway writes
     # it, or epoch milliseconds as digits. Any other form anywhere in the frame takes the general
     # parse below for the frame.
-    fast = pl.coalesce(
-        pl.col("ts").str.to_datetime("%Y-%m-%dT%H:%M:%S%.fZ", strict=False, time_zone="UTC").dt.epoch("ms"),
-        pl.col("ts").str.to_integer(strict=False),
-    )
-    quick = df.with_columns(fast.alias("ts_ms"), pl.lit(name, dtype=pl.String).alias("_file"))
-    if quick.select((pl.col("ts_ms").is_null() & pl.col("ts").is_not_null()).any()).item() is False:
-        return quick
+    # (Series operations: the same parse as expressions, in about half the time on a block.)
+    text = df.get_column("ts")
+    ms = text.str.to_datetime("%Y-%m-%dT%H:%M:%S%.fZ", strict=False, time_zone="UTC").dt.epoch("ms")
+    if ms.null_count() > text.null_count():
+        ms = ms.fill_null(text.str.to_integer(strict=False))
+    if not (ms.is_null() & text.is_not_null()).any():
+        return df.hstack([ms.alias("ts_ms"), pl.repeat(name, df.height, dtype=pl.String, eager=True).alias("_file")])
     ts = pl.col("ts").str.strip_chars()
     numeric = ts.str.contains(r"^-?\d+(\.\d+)?$")
     parsed = (
