@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from rlcycle.collect import prompt_refs, redact
@@ -117,8 +118,8 @@ def _tool_calls(comp, results, outcomes, config, patterns, result):
         .explode("tool_calls")
         .drop_nulls("tool_calls")
         .unnest("tool_calls")
-        .with_columns(pl.int_range(pl.len()).over("sample_id").alias("pos"))
     )
+    listed = listed.with_columns(_positions(listed.get_column("sample_id")).alias("pos"))
     latest = (
         results.sort("ts_ms", "event_id")
         .unique(["sample_id", "call_id"], keep="last", maintain_order=True)
@@ -127,9 +128,10 @@ def _tool_calls(comp, results, outcomes, config, patterns, result):
     )
     calls = listed.join(latest, on=["sample_id", "call_id"], how="full", coalesce=True)
     # Results for calls the completion did not list are kept, after the listed ones.
-    calls = calls.with_columns(
-        pl.col("pos").fill_null(1_000_000 + pl.col("result_ts").rank("ordinal").over("sample_id"))
-    )
+    if calls.get_column("pos").null_count():
+        calls = calls.with_columns(
+            pl.col("pos").fill_null(1_000_000 + pl.col("result_ts").rank("ordinal").over("sample_id"))
+        )
     if patterns:
         calls = redact.redact_column(calls, "arguments", patterns, result.redactions)
     edits = (
@@ -159,6 +161,17 @@ def _tool_calls(comp, results, outcomes, config, patterns, result):
         .drop("_has_outcome")
     )
     return calls, per_sample
+
+
+def _positions(keys: pl.Series) -> pl.Series:
+    """0, 1, 2, ... within each run of equal adjacent keys: a call's position in its sample's
+    list, the sample ids being unique and each one's calls adjacent after the explode (the
+    same as `int_range(len).over(key)` without hashing the keys)."""
+    n = keys.len()
+    if not n:
+        return pl.Series([], dtype=pl.Int64)
+    starts = np.flatnonzero(np.r_[True, (keys.slice(1) != keys.slice(0, n - 1)).to_numpy()])
+    return pl.Series(np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n])), dtype=pl.Int64)
 
 
 def _episode_signals(comp, messages, feedback, patterns, result) -> pl.DataFrame:
