@@ -46,6 +46,38 @@ def test_joins_every_signal(cli, tmp_path):
     assert schema.validate(pa.ipc.open_file(str(out)).schema, schema.TRAJECTORIES) == []
 
 
+def test_tool_calls_keep_the_completions_order_then_results_it_did_not_list_by_time(cli, tmp_path):
+    """A sample's calls in the order its completion listed them (whatever order the results
+    came in), then results for call ids it never listed, oldest first; every sample of the
+    episode keeps its own calls."""
+    events = episode("ep1", turns=2, invalid=True)  # turn 0: write_file, run_shell; turn 1: run_shell, finish
+    by_id = {e["event_id"]: e for e in events}
+    for sid, offsets in (("ep1-s0", (900, 700)), ("ep1-s1", (100, 50))):
+        for k, (call, dt) in enumerate(zip(("late", "early"), offsets, strict=True)):
+            events.append(
+                {
+                    "event_id": f"{sid}-{call}-r",
+                    "type": "tool_result",
+                    "ts": iso(T0 + (2000 if sid.endswith("s1") else 0) + dt),
+                    "session_id": "s1",
+                    "sample_id": sid,
+                    "call_id": f"{sid}-{call}",
+                    "status": ["ok", "error"][k],
+                }
+            )
+    by_id["ep1-s0-c0-r"]["ts"] = iso(T0 + 800)  # the listed calls' results out of order
+    random.Random(3).shuffle(events)
+    out = tmp_path / "t.arrow"
+    assert collect(cli, write_jsonl(tmp_path / "ev.jsonl", events), "-o", out).exit_code == 0
+    df = pl.read_ipc(out).sort("turn")
+    calls = [[(c["call_id"].split("-", 2)[2], c["status"]) for c in row] for row in df["tool_calls"].to_list()]
+    assert calls == [
+        [("c0", "ok"), ("bad", "invalid"), ("early", "error"), ("late", "ok")],
+        [("bad", "invalid"), ("fin", "ok"), ("early", "error"), ("late", "ok")],
+    ]
+    assert df["n_tool_errors"].to_list() == [1, 1]
+
+
 def test_pair_key_is_carried_per_sample_and_null_without_one(cli, tmp_path):
     """A completion's optional `pair_key` (simulate writes one: the same session across
     versions) becomes the sample's `pair_key`; a log without one gives nulls, no error."""
