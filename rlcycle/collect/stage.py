@@ -89,7 +89,10 @@ class CollectConfig:
         BLOCK_BYTES,
         help="Bytes of JSON lines parsed per block (docs/performance.md: why not bigger).",
     )
-    parse_workers: int = cfg(2, help="Blocks parsed at once in pass 1 (threads; each holds one block).")
+    parse_workers: int = cfg(
+        2,
+        help="Blocks parsed at once in pass 1, and within each bucket of a bucketed log (threads; each holds one block).",
+    )
     min_partitions: int = cfg(
         1, help="Join in at least this many partitions (rounded up to a power of two); with executor=ray: parallelism."
     )
