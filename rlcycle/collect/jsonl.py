@@ -37,13 +37,8 @@ TRUNCATED_LAST = "truncated last line (no newline at the end: the writer crashed
 TOO_DEEP = "nested too deeply (arrays/objects more than about 1,000 levels deep)"
 
 
-def read_jsonl(stream: BinaryIO, name: str, block_bytes: int, fd: int | None = None) -> Iterator[Chunk]:
-    for task in jsonl_tasks(stream, name, block_bytes, fd):
-        yield task()
-
-
 def jsonl_tasks(stream: BinaryIO, name: str, block_bytes: int, fd: int | None = None) -> Iterator[Callable[[], Chunk]]:
-    """The work of `read_jsonl` as one task per block, in order: reading the stream and
+    """A stream of JSON lines as one task per block, in order: reading the stream and
     numbering the lines happen here, parsing when a task is called (so blocks can be parsed in
     parallel: sources.read_ahead). An OTLP/JSON document is read here; its chunks come as tasks
     that are already done. `fd`: the descriptor of the regular file `stream` reads, if it is
