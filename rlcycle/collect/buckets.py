@@ -3,7 +3,7 @@
 Collect joins each session alone, so its events can be split by session into N buckets that
 join independently. A session's bucket is the top log2(N) bits of `join.SESSION_HASH` (polars'
 `hash(seed=7)` of `session_id`; N a power of two): the buckets are *ranges* of the hash, so
-joining them in order gives one global row order whatever N is (see join._finish). Collect's
+joining them in order gives one global row order whatever N is (see join._in_output_order). Collect's
 Partitioner and the gateway's bucketed log (rlcycle/gateway/logwriter.py) both call
 `bucket_expr`/`bucket_of` here, so they agree by construction.
 

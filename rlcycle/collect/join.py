@@ -41,14 +41,25 @@ def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, resul
         _count_orphans(by_type, comp, result)
         return comp
     comp = comp.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
+    # The token lists stay aside until the rows and their order are final: every join, filter
+    # and sort below would copy them (a left join gathers every column of its left side), so
+    # they are gathered once, by `_row`, in the output order.
+    lists = comp.select(_LISTS)
+    comp = comp.drop(_LISTS)
     calls, per_sample = _tool_calls(comp, by_type["tool_result"], by_type["edit_outcome"], config, patterns, result)
     comp = comp.drop("tool_calls").join(per_sample, on="sample_id", how="left")
     comp = _episode_signals(comp, by_type["user_message"], by_type["feedback"], patterns, result)
     _count_orphans(by_type, comp, result)
     comp = _mature_and_filter(comp, config, as_of_ms, since_ms, until_ms, result)
+    comp = _in_output_order(comp)
+    comp = comp.hstack(lists[comp.get_column("_row")].get_columns())
     comp = prompt_refs.reroot(comp, prompts, comp.get_column("_row").to_numpy())
     prompt_refs.count_stored(comp, prompts, result)
     return _finish(comp)
+
+
+# A completion's token lists (after prompt_refs.canonical): the bulk of a partition's bytes.
+_LISTS = ["prompt_ids", "prompt_added", "completion_ids", "behavior_logprobs"]
 
 
 def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
@@ -266,10 +277,13 @@ def _mature_and_filter(comp, config, as_of_ms, since_ms, until_ms, result) -> pl
     return comp.filter(pl.col("_keep") & ~pl.col("_held"))
 
 
-def _finish(comp: pl.DataFrame) -> pl.DataFrame:
+def _in_output_order(comp: pl.DataFrame) -> pl.DataFrame:
     # Hash first: partitions are hash ranges, so this order is global (see Partitioner).
     order = comp.select(SESSION_HASH.alias("_h"), "session_id", "episode_id", "turn", "sample_id")
-    comp = comp[order.with_row_index("_i").sort("_h", "session_id", "episode_id", "turn", "sample_id")["_i"]]
+    return comp[order.with_row_index("_i").sort("_h", "session_id", "episode_id", "turn", "sample_id")["_i"]]
+
+
+def _finish(comp: pl.DataFrame) -> pl.DataFrame:
     return comp.select(
         "sample_id",
         "episode_id",
