@@ -62,11 +62,12 @@ def list_parts(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray,
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if isinstance(arr, pa.ChunkedArray):  # combine_chunks of an empty column
         arr = pa.array([], pa.list_(pa.int32()))
-    if pa.types.is_large_list(arr.type):
-        arr = arr.cast(pa.list_(arr.type.value_type))
     valid = arr.is_valid().to_numpy(zero_copy_only=False)
-    # Offsets of a sliced array start past 0; values are indexed by them as they are.
-    offsets = arr.offsets.to_numpy().astype(np.int64)
+    # Offsets of a sliced array start past 0; values are indexed by them as they are. A large
+    # list's (what polars exports) are int64 already: taken as they are, not copied twice.
+    offsets = arr.offsets.to_numpy()
+    if offsets.dtype != np.int64:
+        offsets = offsets.astype(np.int64)
     values = arr.values.to_numpy(zero_copy_only=False)
     return values, offsets, valid
 
