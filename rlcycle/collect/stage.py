@@ -410,20 +410,21 @@ def _join_all(config: CollectConfig, jobs: list[Job], out: str, result: CollectR
 
 def _joined_here(jobs: list[Job], settings: JoinSettings, workers: int) -> Iterator[Joined]:
     """Each job's `Joined`, in job order, joined by `workers` threads (polars, Arrow and numpy
-    release the GIL): at most `workers` partitions are in memory beside the one being written."""
+    release the GIL): at most `workers` partitions are in memory beside the one being written.
+    Each partition file is removed as soon as it is read (`consume`)."""
     if workers <= 1 or len(jobs) <= 1:
-        yield from (run_job(job, settings, _new_counts()) for job in jobs)
+        yield from (run_job(job, settings, _new_counts(), consume=True) for job in jobs)
         return
     with ThreadPoolExecutor(workers) as pool:
         pending: deque[Future] = deque()
         todo = iter(jobs)
         try:
             for job in itertools.islice(todo, workers):
-                pending.append(pool.submit(run_job, job, settings, _new_counts()))
+                pending.append(pool.submit(run_job, job, settings, _new_counts(), consume=True))
             while pending:
                 done = pending.popleft().result()
                 for job in itertools.islice(todo, 1):
-                    pending.append(pool.submit(run_job, job, settings, _new_counts()))
+                    pending.append(pool.submit(run_job, job, settings, _new_counts(), consume=True))
                 yield done
         finally:
             for f in pending:  # the run stopped early (an error): the rest is not needed
