@@ -175,8 +175,9 @@ def _parent_index(comp: pl.DataFrame) -> np.ndarray:
         return np.full(n, -1, np.int64)
     ids = comp.select("sample_id", pl.int_range(n, dtype=pl.Int64).alias("_p"))
     got = (
-        comp.select("prompt_parent")
-        .join(ids, left_on="prompt_parent", right_on="sample_id", how="left", maintain_order="left")
+        comp.select(pl.int_range(n, dtype=pl.Int64).alias("_i"), "prompt_parent")
+        .join(ids, left_on="prompt_parent", right_on="sample_id", how="left")
+        .sort("_i")
         .get_column("_p")
     )
     return got.fill_null(-1).to_numpy()
