@@ -17,6 +17,8 @@ import polars as pl
 from rlcycle.collect import prompt_refs, redact
 
 _CALL_FIELDS = ["call_id", "name", "arguments", "status"]
+# A completion's token lists (after prompt_refs.canonical): the bulk of a partition's bytes.
+_LISTS = ["prompt_ids", "prompt_added", "completion_ids", "behavior_logprobs"]
 # The partition key (rlcycle.collect.Partitioner) and the first sort key of the output.
 SESSION_HASH = pl.col("session_id").hash(seed=7)
 
@@ -56,10 +58,6 @@ def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, resul
     comp = prompt_refs.reroot(comp, prompts, comp.get_column("_row").to_numpy())
     prompt_refs.count_stored(comp, prompts, result)
     return _finish(comp)
-
-
-# A completion's token lists (after prompt_refs.canonical): the bulk of a partition's bytes.
-_LISTS = ["prompt_ids", "prompt_added", "completion_ids", "behavior_logprobs"]
 
 
 def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
