@@ -11,9 +11,10 @@ carrying its whole prompt, as logs did before issue 36, or stored once, as the g
   partition, join, redact, write).
 Each runs in its own subprocess, `--runs` times, interleaved. Per size, two tables
 (scripts/benchkit.py): events/s (ratio = side / the bare parse) and peak RSS (the process's
-max resident set, from wait4); medians, min and max. Targets: collect at least 0.7x the
-baseline's throughput (issue 36; 0.5x in issue #2), and collect's peak RSS flat as the input
-grows.
+max resident set, from wait4); medians, min and max. The notes add collect's ratio run by run
+(each pair back to back, so a machine that slows down for a while moves both). Targets:
+collect at least 0.7x the baseline's throughput (issue 36; 0.5x in issue #2), and collect's
+peak RSS flat as the input grows.
 
     .venv/bin/python scripts/bench_collect.py                    # 1M and 5M events, 3 runs
     .venv/bin/python scripts/bench_collect.py --sizes 1000000 --prompts whole,delta
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -145,6 +147,13 @@ def bench_size(n_events: int, root: Path, runs: int, layout: str, buckets: int =
     }
 
 
+def paired(r: dict) -> list[float]:
+    """Collect's throughput over the bare parse's, run by run: each pair ran back to back, so a
+    machine that slows down for a while moves both sides of a pair (the tables' ratio is of
+    medians taken over the whole bench)."""
+    return [round(b.seconds / c.seconds, 3) for b, c in zip(r["base"], r["collect"], strict=True)]
+
+
 def tables(r: dict) -> list[benchkit.Table]:
     """events/s and peak RSS of the two sides for one log size."""
     sides = {
@@ -198,10 +207,17 @@ def main() -> None:
         *(
             f"{r['events']:,} events ({r['layout']}): {r['samples_out']:,} samples out, {r['partitions']} partition(s)"
             + ("" if r["repartitioned"] else ", no repartition pass (bucketed)")
+            + f"; collect / bare parse run by run: {' '.join(f'{x:.2f}' for x in paired(r))}"
+            + f" (median {statistics.median(paired(r)):.2f}x)"
             for r in rows
         ),
     ]
-    extra = {"sizes": [{k: r[k] for k in ("events", "mb", "samples_out", "partitions")} for r in rows]}
+    extra = {
+        "sizes": [
+            {**{k: r[k] for k in ("events", "mb", "samples_out", "partitions")}, "paired_ratios": paired(r)}
+            for r in rows
+        ]
+    }
     benchkit.emit(args, "bench_collect", [t for r in rows for t in tables(r)], notes, extra)
 
 
