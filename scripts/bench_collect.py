@@ -202,20 +202,21 @@ def main() -> None:
         for layout in args.prompts.split(",")
         for s in args.sizes.split(",")
     ]
+    ratios = [paired(r) for r in rows]
     notes = [
         "target: collect >= 0.7x the bare parse's events/s (issue 36); collect's peak RSS should not grow with the input",
         *(
             f"{r['events']:,} events ({r['layout']}): {r['samples_out']:,} samples out, {r['partitions']} partition(s)"
             + ("" if r["repartitioned"] else ", no repartition pass (bucketed)")
-            + f"; collect / bare parse run by run: {' '.join(f'{x:.2f}' for x in paired(r))}"
-            + f" (median {statistics.median(paired(r)):.2f}x)"
-            for r in rows
+            + f"; collect / bare parse run by run: {' '.join(f'{x:.2f}' for x in pr)}"
+            + f" (median {statistics.median(pr):.2f}x)"
+            for r, pr in zip(rows, ratios, strict=True)
         ),
     ]
     extra = {
         "sizes": [
-            {**{k: r[k] for k in ("events", "mb", "samples_out", "partitions")}, "paired_ratios": paired(r)}
-            for r in rows
+            {**{k: r[k] for k in ("events", "mb", "samples_out", "partitions")}, "paired_ratios": pr}
+            for r, pr in zip(rows, ratios, strict=True)
         ]
     }
     benchkit.emit(args, "bench_collect", [t for r in rows for t in tables(r)], notes, extra)

@@ -412,19 +412,23 @@ def _joined_here(jobs: list[Job], settings: JoinSettings, workers: int) -> Itera
     """Each job's `Joined`, in job order, joined by `workers` threads (polars, Arrow and numpy
     release the GIL): at most `workers` partitions are in memory beside the one being written.
     Each partition file is removed as soon as it is read (`consume`)."""
+
+    def one(job: Job) -> Joined:
+        return run_job(job, settings, _new_counts(), consume=True)
+
     if workers <= 1 or len(jobs) <= 1:
-        yield from (run_job(job, settings, _new_counts(), consume=True) for job in jobs)
+        yield from map(one, jobs)
         return
     with ThreadPoolExecutor(workers) as pool:
         pending: deque[Future] = deque()
         todo = iter(jobs)
         try:
             for job in itertools.islice(todo, workers):
-                pending.append(pool.submit(run_job, job, settings, _new_counts(), consume=True))
+                pending.append(pool.submit(one, job))
             while pending:
                 done = pending.popleft().result()
                 for job in itertools.islice(todo, 1):
-                    pending.append(pool.submit(run_job, job, settings, _new_counts(), consume=True))
+                    pending.append(pool.submit(one, job))
                 yield done
         finally:
             for f in pending:  # the run stopped early (an error): the rest is not needed
