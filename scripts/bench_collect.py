@@ -123,13 +123,18 @@ def bench_size(n_events: int, root: Path, runs: int, layout: str, buckets: int =
     files = sorted(str(p) for p in log.glob("**/events-*.jsonl"))
     base, base_read, coll = [], [], []
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        out = Path(tmp) / "trajectories.arrow"
         for k in range(runs):
             base.append(checked([sys.executable, "-c", BASELINE, *files]))
             base_read.append(checked([sys.executable, "-c", BASELINE_READ, *files]))
+            # Each run writes a path of its own, as `rlcycle cycle` does (a run directory per
+            # run): replacing the previous run's output would add ext4's flush of the new file
+            # at the rename and the freeing of the old one (~0.25 s for 512 MB here) to runs 2..N
+            # only (docs/performance.md, "fifth session"). Removed after the run, untimed.
+            out = Path(tmp) / f"trajectories-{k}.arrow"
             coll.append(
                 checked([sys.executable, "-m", "rlcycle", "collect", str(log), "-o", str(out), "--quiet", "--json"])
             )
+            out.unlink()
             benchkit.progress(
                 f"bench_collect: {n_events:,} events, run {k + 1}: parse {base[-1].seconds:.1f} s, collect {coll[-1].seconds:.1f} s"
             )
