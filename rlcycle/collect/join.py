@@ -193,9 +193,11 @@ def _tool_calls(comp, results, outcomes, config, patterns, result):
     )
     calls = calls.join(edits, on=["sample_id", "call_id"], how="left")
     is_edit = pl.col("name").is_in(config.edit_tools) & (pl.col("status") == "ok")
+    # Sorted by position alone: polars keeps the rows' order within each group, and the groups'
+    # order is not read (per_sample is joined on sample_id).
     per_sample = (
-        calls.sort("sample_id", "pos")
-        .group_by("sample_id", maintain_order=True)
+        calls.sort("pos")
+        .group_by("sample_id")
         .agg(
             pl.struct(_CALL_FIELDS).alias("tool_calls"),
             (pl.col("status") == "invalid").sum().cast(pl.Int32).alias("n_invalid_tool_calls"),
