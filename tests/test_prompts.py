@@ -95,6 +95,20 @@ def test_bad_references_are_input_errors():
 
 
 @pytest.mark.parametrize("seed", range(6))
+def test_range_mask_matches_a_plain_loop(seed):
+    """Increasing, disjoint ranges: adjacent ones, one at each end of the mask, and none."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, 6, rng.integers(0, 30))
+    gaps = rng.integers(0, 3, lens.size) * (rng.random(lens.size) < 0.6)  # many adjacent
+    starts = np.cumsum(gaps + np.r_[0, lens[:-1]]).astype(np.int64)
+    size = int(starts[-1] + lens[-1]) + int(rng.integers(0, 3)) if lens.size else int(rng.integers(0, 4))
+    want = np.zeros(size, bool)
+    for s, k in zip(starts, lens, strict=True):
+        want[s : s + k] = True
+    assert P.range_mask(size, starts, lens).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
 def test_gather_rows_and_lcp_pairs_match_a_plain_loop(seed):
     """The vectorised helpers against per-row Python: rows that tile a source, suffixes (the
     byte-mask path), rows in any order and overlapping (the index path), empty rows, pairs that
