@@ -27,6 +27,7 @@ Analysts get every full prompt with one call: `full_prompts(table)` (or
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,11 +96,14 @@ class Prompts:
     def completion(self, i: int) -> np.ndarray:
         return self.completion_values[self.completion_offsets[i] : self.completion_offsets[i + 1]]
 
-    @property
+    # Computed once (the arrays are not changed after construction): `prompt(i)` and
+    # `context(i)` read them, and a per-row loop over those was quadratic when each call
+    # recomputed every row's length (full_prompts of 40k rows: 1.15 s, 374k rows: minutes).
+    @functools.cached_property
     def prompt_lens(self) -> np.ndarray:
         return self.shared + np.diff(self.added_offsets)
 
-    @property
+    @functools.cached_property
     def context_lens(self) -> np.ndarray:
         return self.prompt_lens + np.diff(self.completion_offsets)
 
