@@ -1,7 +1,7 @@
 """The join at the heart of collect: one partition of events in, its trajectories out.
 
 In:  a polars DataFrame of valid events of some sessions (every event of each of their
-     episodes), columns as `collect._KEEP`, ts as epoch ms in `ts_ms`.
+     episodes), with the columns in `READ`, ts as epoch ms in `ts_ms`.
 Out: one row per completion (sample) in the `trajectories` column layout, counts added to the
      `CollectResult`. Rules are documented in rlcycle/collect/stage.py; nothing here depends on the
      order events arrived in (every "latest" and "first" is by (ts, event_id)).
@@ -86,6 +86,10 @@ _TYPE_COLUMNS = {
     "user_message": ["event_id", "ts_ms", "episode_id", "text"],
     "feedback": ["event_id", "ts_ms", "sample_id", "episode_id", "value", "kind"],
 }
+
+
+# Every column the join reads: what collect's pass 1 keeps of each event (partitions.KEEP).
+READ = list(dict.fromkeys(["event_id", "type", *(c for cols in _TYPE_COLUMNS.values() for c in cols)]))
 
 
 def _by_type(events: pl.DataFrame, first: pl.Series | None) -> dict[str, pl.DataFrame]:

@@ -29,41 +29,10 @@ from rlcycle.collect.sources import read_ahead
 from rlcycle.errors import InputError
 from rlcycle.schema import TRAJECTORIES, conform
 
-# Columns that trajectories need; the rest of each event is not carried to disk.
-KEEP = [
-    "event_id",
-    "type",
-    "ts_ms",
-    "session_id",
-    "episode_id",
-    "sample_id",
-    "turn",
-    "policy_version",
-    "prompt_ids",
-    "prompt_parent",
-    "prompt_shared",
-    "prompt_added",
-    "completion_ids",
-    "completion_logprobs",
-    "tool_calls",
-    "latency_ms",
-    "temperature",
-    "max_new_tokens",
-    "greedy",
-    "top_p",
-    "pair_key",
-    "call_id",
-    "status",
-    "error",
-    "lines_proposed",
-    "lines_surviving",
-    "text",
-    "value",
-    "kind",
-    "request_id",
-    "_file",  # where each event was read (file, 1-based line or row): quarantine records
-    "_line",  # found in the join (a bad prompt reference) name them
-]
+# The columns the join reads (join.READ); the rest of each event is not carried to disk. `_file`
+# and `_line` say where each event was read: quarantine records found in the join (a bad prompt
+# reference) name them.
+KEEP = join.READ
 
 
 # --- pass 1: partition by session ----------------------------------------------------------------
