@@ -98,7 +98,7 @@ class Prompts:
 
     # Computed once (the arrays are not changed after construction): `prompt(i)` and
     # `context(i)` read them, and a per-row loop over those was quadratic when each call
-    # recomputed every row's length (full_prompts of 40k rows: 1.15 s, 374k rows: minutes).
+    # recomputed every row's length (full_prompts of 40k rows: 1.15 s; of 353k: 56.6 s, now 4.5).
     @functools.cached_property
     def prompt_lens(self) -> np.ndarray:
         return self.shared + np.diff(self.added_offsets)

@@ -94,8 +94,8 @@ READ = list(dict.fromkeys(["event_id", "type", *(c for cols in _TYPE_COLUMNS.val
 
 def _by_type(events: pl.DataFrame, first: pl.Series | None) -> dict[str, pl.DataFrame]:
     """The first copy of each event, by type, with the columns the join reads of that type.
-    Filtered column by column (a partition_by gathered every column of every type: 40 against
-    25 ms a partition, docs/performance.md); the completions, which hold the token lists, are
+    Filtered column by column (a partition_by gathered every column of every type: 38-45
+    against 18-28 ms a partition, docs/performance.md); the completions, which hold the token lists, are
     then made contiguous once (a partition holds one chunk per parsed block), as the prompt
     step and the final gather want them."""
     types = events.get_column("type")
