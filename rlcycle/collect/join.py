@@ -55,32 +55,34 @@ def join_partition(events, config, as_of_ms, since_ms, until_ms, patterns, resul
     return _finish(comp)
 
 
+# A completion as the join takes it: its columns, typed and named for trajectories.
+_COMPLETION = [
+    pl.col("sample_id"),
+    pl.col("episode_id"),
+    pl.col("session_id"),
+    pl.col("turn").cast(pl.Int32),
+    pl.col("policy_version"),
+    pl.col("ts_ms"),
+    pl.col("prompt_ids").cast(pl.List(pl.Int32)),
+    pl.col("prompt_parent"),
+    pl.col("prompt_shared").cast(pl.Int32),
+    pl.col("prompt_added").cast(pl.List(pl.Int32)),
+    pl.col("request_id"),
+    pl.col("completion_ids").cast(pl.List(pl.Int32)),
+    pl.col("completion_logprobs").cast(pl.List(pl.Float32)).alias("behavior_logprobs"),
+    pl.col("tool_calls"),
+    pl.col("latency_ms"),
+    pl.col("temperature").cast(pl.Float32),
+    pl.col("max_new_tokens").cast(pl.Int32),
+    pl.col("greedy").cast(pl.Boolean),
+    pl.col("top_p").cast(pl.Float32),
+    pl.col("pair_key"),
+    pl.col("_file"),
+    pl.col("_line"),
+]
 # What the join reads of each type of event.
 _TYPE_COLUMNS = {
-    "completion": [
-        "sample_id",
-        "episode_id",
-        "session_id",
-        "turn",
-        "policy_version",
-        "ts_ms",
-        "prompt_ids",
-        "prompt_parent",
-        "prompt_shared",
-        "prompt_added",
-        "request_id",
-        "completion_ids",
-        "completion_logprobs",
-        "tool_calls",
-        "latency_ms",
-        "temperature",
-        "max_new_tokens",
-        "greedy",
-        "top_p",
-        "pair_key",
-        "_file",
-        "_line",
-    ],
+    "completion": [name for e in _COMPLETION for name in e.meta.root_names()],
     "tool_result": ["event_id", "ts_ms", "sample_id", "call_id", "status"],
     "edit_outcome": ["event_id", "ts_ms", "sample_id", "call_id", "lines_proposed", "lines_surviving"],
     "user_message": ["event_id", "ts_ms", "episode_id", "text"],
@@ -108,30 +110,7 @@ def _by_type(events: pl.DataFrame, first: pl.Series | None) -> dict[str, pl.Data
 
 
 def _completions(df: pl.DataFrame, result) -> pl.DataFrame:
-    comp = df.select(
-        "sample_id",
-        "episode_id",
-        "session_id",
-        pl.col("turn").cast(pl.Int32),
-        "policy_version",
-        "ts_ms",
-        pl.col("prompt_ids").cast(pl.List(pl.Int32)),
-        "prompt_parent",
-        pl.col("prompt_shared").cast(pl.Int32),
-        pl.col("prompt_added").cast(pl.List(pl.Int32)),
-        "request_id",
-        pl.col("completion_ids").cast(pl.List(pl.Int32)),
-        pl.col("completion_logprobs").cast(pl.List(pl.Float32)).alias("behavior_logprobs"),
-        "tool_calls",
-        "latency_ms",
-        pl.col("temperature").cast(pl.Float32),
-        pl.col("max_new_tokens").cast(pl.Int32),
-        pl.col("greedy").cast(pl.Boolean),
-        pl.col("top_p").cast(pl.Float32),
-        "pair_key",
-        "_file",
-        "_line",
-    )
+    comp = df.select(_COMPLETION)
     n = comp.height
     # Two completion events for one sample_id (distinct event ids) is a logging bug upstream:
     # keep the earliest, count the rest.
